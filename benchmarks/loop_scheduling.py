@@ -1,0 +1,244 @@
+"""How close rlf's rollout loop comes to the best possible schedule when tool latencies are heavy-tailed.
+
+Every trajectory makes ``--turns`` generate calls: each turn but the last issues ``--calls`` tool calls,
+the last answers. Generation takes a fixed time (``--gen-latency``); each tool call sleeps for a latency
+drawn once per (trajectory, turn, call) from a seeded lognormal (median 20 ms, p99 1 s), so every
+policy below sees the same latencies:
+
+- ``rlf loop``: the real :class:`~rlfcore.loop.Rollout` with a plugin registering a sync ``sleep`` tool,
+  the built-in executor, a :class:`~rlfcore.engines.scripted.ScriptedEngine` and the byte tokenizer.
+  ``rollout.concurrency`` = trajectories and ``tools.max_concurrency`` = trajectories × calls, so
+  neither limit ever makes a call wait: the loop's own scheduling is what is measured.
+- ``ideal bound``: each trajectory needs at least the sum over turns of the generation latency and its
+  slowest call that turn; the bound is the maximum over trajectories.
+- ``batch-synchronous`` (RL-Factory's scheduling): each turn one batched generate for all trajectories,
+  modelled as a single generation latency for the whole batch, then every call of the batch on a
+  ThreadPoolExecutor(32), waiting for the last before the next turn.
+- ``framework CPU``: the rlf loop again with zero-latency generation and tools: process CPU time
+  (all threads) per tool call and per turn, i.e. what the framework itself costs.
+
+Run: ``python benchmarks/loop_scheduling.py [--trajectories 256 --turns 4 --calls 2 --gen-latency 0.05]``.
+Prints a table and writes JSON to ``benchmarks/results/loop_scheduling.json`` (or ``--out``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import json
+import math
+import random
+import statistics
+import time
+from concurrent.futures import ThreadPoolExecutor, wait
+from pathlib import Path
+from typing import Any
+
+from rlfcore import hookimpl
+from rlfcore.chat import ByteChatTokenizer
+from rlfcore.data import normalize_row
+from rlfcore.engines.scripted import ScriptedEngine
+from rlfcore.loop import Rollout
+from rlfcore.testing import make_runtime
+from rlfcore.tools import tool
+
+TOOL_MEDIAN_S = 0.020
+TOOL_P99_S = 1.0
+BATCH_SYNC_THREADS = 32
+TARGET_RLF_OVER_IDEAL = 1.15
+DEFAULT_OUT = Path(__file__).parent / "results" / "loop_scheduling.json"
+
+Latencies = list[list[list[float]]]
+"""``latencies[trajectory][turn][call]`` in seconds, for the turns that call tools."""
+
+
+class SleepTools:
+    """The benchmark's plugin: one sync tool that sleeps as long as the call asks."""
+
+    @hookimpl
+    def register_tools(self, ctx: Any) -> list[Any]:
+        @tool
+        def sleep(seconds: float) -> str:
+            """Wait ``seconds``, like a call to a slow service."""
+            time.sleep(seconds)
+            return "ok"
+
+        return [sleep]
+
+
+def draw_latencies(trajectories: int, turns: int, calls: int, seed: int) -> Latencies:
+    """Lognormal latencies with median TOOL_MEDIAN_S and 99th percentile TOOL_P99_S."""
+    sigma = math.log(TOOL_P99_S / TOOL_MEDIAN_S) / statistics.NormalDist().inv_cdf(0.99)
+    rng = random.Random(seed)
+    mu = math.log(TOOL_MEDIAN_S)
+    return [[[rng.lognormvariate(mu, sigma) for _ in range(calls)] for _ in range(turns - 1)] for _ in range(trajectories)]
+
+
+def percentiles(values: list[float]) -> dict[str, float]:
+    ordered = sorted(values)
+
+    def rank(q: float) -> float:
+        return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
+
+    return {"p50": rank(50), "p90": rank(90), "p99": rank(99), "max": ordered[-1], "mean": statistics.fmean(ordered)}
+
+
+def ideal_bound(latencies: Latencies, turns: int, gen_latency: float) -> float:
+    return max(turns * gen_latency + sum(max(turn) for turn in traj) for traj in latencies)
+
+
+def batch_sync(latencies: Latencies, turns: int, gen_latency: float) -> float:
+    """RL-Factory's schedule: generate for the whole batch, run all its calls, wait for the slowest."""
+    start = time.perf_counter()
+    with ThreadPoolExecutor(BATCH_SYNC_THREADS) as pool:
+        for turn in range(turns):
+            time.sleep(gen_latency)  # one batched generate call for every live trajectory
+            if turn < turns - 1:
+                wait([pool.submit(time.sleep, s) for traj in latencies for s in traj[turn]])
+    return time.perf_counter() - start
+
+
+def _call_text(seconds: float) -> str:
+    return '<tool_call>\n{"name": "sleep", "arguments": ' + json.dumps({"seconds": seconds}) + "}\n</tool_call>"
+
+
+def rlf_loop(latencies: Latencies, turns: int, gen_latency: float) -> dict[str, Any]:
+    """Wall and CPU time of the real loop over ``latencies``; raises if any trajectory went wrong."""
+    trajectories, calls = len(latencies), len(latencies[0][0]) if turns > 1 else 0
+    scripts = {f"t{i}": ["".join(_call_text(s) for s in turn) for turn in traj] + ["done"] for i, traj in enumerate(latencies)}
+    longest = max(len(text.encode()) for script in scripts.values() for text in script)
+    slowest = max((s for traj in latencies for turn in traj for s in turn), default=0.0)
+    config = {
+        "plugins": ["bench"],
+        "rollout": {
+            "max_turns": turns,
+            "concurrency": trajectories,
+            "max_response_tokens": 1 << 24,
+            "max_total_tokens": 1 << 24,
+            "sampling": {"max_tokens": longest + 16},
+        },
+        "tools": {"max_concurrency": max(1, trajectories * calls), "timeout_s": slowest + 60.0},
+    }
+    runtime = make_runtime(config, {"bench": SleepTools()})
+    tokenizer = ByteChatTokenizer()
+    loop = Rollout(runtime, ScriptedEngine(tokenizer, scripts, latency_s=gen_latency), tokenizer)
+    rows = [normalize_row({"id": row_id, "prompt": "Wait as told, then say done."}) for row_id in scripts]
+    cpu, wall = time.process_time(), time.perf_counter()
+    done = asyncio.run(loop.run(rows, n=1))
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    bad = [t for t in done if t.stop_reason != "answer" or t.tool_errors or t.num_turns != turns]
+    if bad:
+        t = bad[0]
+        raise RuntimeError(
+            f"{len(bad)} trajectories did not run as scripted, e.g. {t.id}: stop_reason={t.stop_reason}, "
+            f"turns={t.num_turns}, tool errors={t.tool_error_kinds}, error={t.error}"
+        )
+    return {"wall_s": wall, "cpu_s": cpu, "tool_calls": sum(t.tool_calls for t in done), "turns": sum(t.num_turns for t in done)}
+
+
+def verl_tool_agent_loop() -> tuple[float | None, str]:
+    if importlib.util.find_spec("verl") is None:
+        return None, "verl not installed: skipped"
+    return None, "verl installed, but driving its ToolAgentLoop is not implemented here: skipped"
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    latencies = draw_latencies(args.trajectories, args.turns, args.calls, args.seed)
+    drawn = [s for traj in latencies for turn in traj for s in turn]
+    ideal = ideal_bound(latencies, args.turns, args.gen_latency)
+    rlf = rlf_loop(latencies, args.turns, args.gen_latency)
+    batch = batch_sync(latencies, args.turns, args.gen_latency)
+    verl_s, verl_reason = verl_tool_agent_loop()
+    zero = [[[0.0] * args.calls for _ in range(args.turns - 1)] for _ in range(args.trajectories)]
+    cost = rlf_loop(zero, args.turns, 0.0)
+    return {
+        "config": {
+            "trajectories": args.trajectories,
+            "turns": args.turns,
+            "calls_per_turn": args.calls,
+            "tool_turns": args.turns - 1,
+            "gen_latency_s": args.gen_latency,
+            "seed": args.seed,
+            "tool_latency_model": {"kind": "lognormal", "median_s": TOOL_MEDIAN_S, "p99_s": TOOL_P99_S},
+            "rollout_concurrency": args.trajectories,
+            "tools_max_concurrency": max(1, args.trajectories * args.calls),
+            "batch_sync_threads": BATCH_SYNC_THREADS,
+        },
+        "tool_latency_s": percentiles(drawn) if drawn else None,
+        "rlf_loop_s": rlf["wall_s"],
+        "ideal_bound_s": ideal,
+        "batch_sync_s": batch,
+        "verl_tool_agent_loop": verl_s,
+        "verl_tool_agent_loop_reason": verl_reason,
+        "framework_cpu": {
+            "tool_calls": cost["tool_calls"],
+            "turns": cost["turns"],
+            "wall_s": cost["wall_s"],
+            "cpu_s": cost["cpu_s"],
+            "cpu_per_tool_call_s": cost["cpu_s"] / cost["tool_calls"] if cost["tool_calls"] else None,
+            "cpu_per_turn_s": cost["cpu_s"] / cost["turns"],
+        },
+        "ratios": {
+            "rlf_over_ideal": rlf["wall_s"] / ideal,
+            "rlf_over_ideal_target": TARGET_RLF_OVER_IDEAL,
+            "batch_sync_over_rlf": batch / rlf["wall_s"],
+        },
+    }
+
+
+def table(result: dict[str, Any]) -> str:
+    c, cpu, r = result["config"], result["framework_cpu"], result["ratios"]
+    lines = [
+        f"{c['trajectories']} trajectories x {c['turns']} turns ({c['tool_turns']} with {c['calls_per_turn']} calls), "
+        f"generation {c['gen_latency_s'] * 1000:g} ms, seed {c['seed']}",
+    ]
+    if result["tool_latency_s"]:
+        lat = result["tool_latency_s"]
+        lines.append(
+            "tool latency (drawn): "
+            + ", ".join(f"{k} {lat[k] * 1000:.1f} ms" for k in ("p50", "p90", "p99", "max", "mean"))
+        )
+    verl = result["verl_tool_agent_loop"]
+    rows = [
+        ("ideal bound", f"{result['ideal_bound_s']:.3f} s", "1.00"),
+        ("rlf loop", f"{result['rlf_loop_s']:.3f} s", f"{r['rlf_over_ideal']:.2f}"),
+        ("batch-synchronous", f"{result['batch_sync_s']:.3f} s", f"{result['batch_sync_s'] / result['ideal_bound_s']:.2f}"),
+        ("verl ToolAgentLoop", "-" if verl is None else f"{verl:.3f} s", "-" if verl is None else f"{verl / result['ideal_bound_s']:.2f}"),
+    ]
+    lines += ["", f"{'policy':<20}{'wall':>12}{'x ideal':>10}"] + [f"{a:<20}{b:>12}{x:>10}" for a, b, x in rows]
+    if verl is None:
+        lines.append(f"  ({result['verl_tool_agent_loop_reason']})")
+    verdict = "within" if r["rlf_over_ideal"] <= r["rlf_over_ideal_target"] else "OVER"
+    lines += [
+        "",
+        f"rlf / ideal = {r['rlf_over_ideal']:.3f} ({verdict} the {r['rlf_over_ideal_target']} target); "
+        f"batch-sync / rlf = {r['batch_sync_over_rlf']:.2f}",
+        f"framework CPU (zero latency): {cpu['tool_calls']} calls, {cpu['turns']} turns, wall {cpu['wall_s']:.3f} s, "
+        f"CPU {cpu['cpu_s']:.3f} s",
+    ]
+    if cpu["cpu_per_tool_call_s"] is not None:
+        lines.append(f"  {cpu['cpu_per_tool_call_s'] * 1e3:.3f} ms CPU per tool call, {cpu['cpu_per_turn_s'] * 1e3:.3f} ms per turn")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--trajectories", type=int, default=256)
+    parser.add_argument("--turns", type=int, default=4, help="generate calls per trajectory; the last answers")
+    parser.add_argument("--calls", type=int, default=2, help="tool calls in each turn but the last")
+    parser.add_argument("--gen-latency", type=float, default=0.05, help="seconds per generate call")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    args = parser.parse_args(argv)
+    if args.trajectories < 1 or args.turns < 2 or args.calls < 1 or args.gen_latency < 0:
+        parser.error("need --trajectories >= 1, --turns >= 2, --calls >= 1 and --gen-latency >= 0")
+    result = run(args)
+    print(table(result))
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"\nwrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,5 @@
+"""``python -m rlfcore``: the same as the ``rlf`` command."""
+
+from rlfcore.cli import main
+
+main()

@@ -1,0 +1,54 @@
+"""What each plugin provides (hooks, tools, parsers), for ``rlf plugins list`` and ``check``.
+
+Tools and parsers are found by calling the registration hooks with the plugin's default settings (or
+the run config's, when one is given), so this imports each plugin but nothing heavy.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel
+
+from rlfcore.context import SetupContext
+from rlfcore.hookcall import run_sync
+
+if TYPE_CHECKING:
+    from rlfcore.config import RunConfig
+    from rlfcore.plugins import PluginInfo, PluginManager
+
+
+def default_settings(manager: PluginManager, name: str) -> BaseModel | None:
+    """The plugin's config section filled with its schema's defaults (``None`` without a schema)."""
+    for impl in manager.impls("register_config_schema", [name]):
+        if impl.plugin_name == name:
+            schema = impl.function()
+            return schema.model_validate({}) if schema is not None else None
+    return None
+
+
+def registered(manager: PluginManager, hook: str, name: str, config: RunConfig | None = None) -> Any:
+    """Call one registration hook of one plugin and return its answer (``None`` if not implemented)."""
+    for impl in manager.impls(hook, [name]):
+        if impl.plugin_name != name:
+            continue
+        settings = config.settings(name) if config is not None else None
+        if settings is None:
+            settings = default_settings(manager, name)
+        ctx = SetupContext(plugin=name, settings=settings, config=config)
+        return run_sync(impl.function(*[ctx for _ in impl.argnames]))
+    return None
+
+
+def describe(manager: PluginManager, config: RunConfig | None = None) -> list[PluginInfo]:
+    """Load every plugin found and fill in what each provides; broken ones keep their error."""
+    manager.load_all()
+    for info in manager.infos.values():
+        if not info.loaded:
+            continue
+        try:
+            info.tools = [t.name for t in registered(manager, "register_tools", info.name, config) or []]
+            info.parsers = sorted(registered(manager, "register_parsers", info.name, config) or {})
+        except Exception as exc:  # a plugin's registration can fail on defaults; say so, keep listing
+            info.error = f"plugin '{info.name}': registering tools or parsers failed: {type(exc).__name__}: {exc}"
+    return list(manager.infos.values())

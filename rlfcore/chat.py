@@ -1,0 +1,179 @@
+"""Chat templates and the tokenizer interface the loop needs.
+
+The loop renders messages with the model's chat template and works on token ids from then on. Any
+Hugging Face tokenizer with a chat template fits (:class:`HFChatTokenizer`); :class:`ByteChatTokenizer`
+is a dependency-free stand-in (bytes plus special tokens, rendered with :data:`QWEN3_TEMPLATE`) for
+``rlf plugins check`` and tests that need no model.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import cached_property
+from typing import Any, Protocol
+
+from rlfcore.types import Message
+
+SPECIAL_TOKENS: tuple[str, ...] = (
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<tool_call>",
+    "</tool_call>",
+    "<tool_response>",
+    "</tool_response>",
+    "<think>",
+    "</think>",
+)
+"""Qwen-style special tokens, also used by the tiny models rlf builds."""
+
+END_OF_TURN = "<|im_end|>"
+
+# Our own Qwen3-style template: tools listed in the system turn, calls as <tool_call>{json}</tool_call>,
+# consecutive tool results grouped in one user turn, and the reasoning (<think>...</think>) of
+# assistant turns before the last user message dropped, as Qwen3's own template does.
+QWEN3_TEMPLATE = r"""
+{%- set ns = namespace(last_user=-1) -%}
+{%- for m in messages -%}{%- if m.role == 'user' -%}{%- set ns.last_user = loop.index0 -%}{%- endif -%}{%- endfor -%}
+{%- if tools -%}
+{{- '<|im_start|>system\n' -}}
+{%- if messages and messages[0].role == 'system' -%}{{- messages[0].content + '\n\n' -}}{%- endif -%}
+{{- '# Tools\nYou may call these functions:\n<tools>\n' -}}
+{%- for t in tools -%}{{- t | tojson -}}{{- '\n' -}}{%- endfor -%}
+{{- '</tools>\nTo call one, write <tool_call>{"name": NAME, "arguments": {...}}</tool_call>.<|im_end|>\n' -}}
+{%- elif messages and messages[0].role == 'system' -%}
+{{- '<|im_start|>system\n' + messages[0].content + '<|im_end|>\n' -}}
+{%- endif -%}
+{%- for m in messages -%}
+{%- if m.role == 'system' and loop.first -%}
+{%- elif m.role == 'assistant' -%}
+{%- set content = m.content or '' -%}
+{%- if loop.index0 < ns.last_user and '</think>' in content -%}{%- set content = content.split('</think>')[-1].lstrip('\n') -%}{%- endif -%}
+{{- '<|im_start|>assistant\n' + content -}}
+{%- for c in (m.tool_calls or []) -%}
+{%- set f = c.function if c.function is defined else c -%}
+{%- if content or not loop.first -%}{{- '\n' -}}{%- endif -%}
+{{- '<tool_call>\n{"name": ' + (f.name | tojson) + ', "arguments": ' + ((f.arguments | tojson) if f.arguments is mapping else f.arguments) + '}\n</tool_call>' -}}
+{%- endfor -%}
+{{- '<|im_end|>\n' -}}
+{%- elif m.role == 'tool' -%}
+{%- if loop.first or messages[loop.index0 - 1].role != 'tool' -%}{{- '<|im_start|>user' -}}{%- endif -%}
+{{- '\n<tool_response>\n' + (m.content | string) + '\n</tool_response>' -}}
+{%- if loop.last or messages[loop.index0 + 1].role != 'tool' -%}{{- '<|im_end|>\n' -}}{%- endif -%}
+{%- else -%}
+{{- '<|im_start|>' + m.role + '\n' + (m.content | string) + '<|im_end|>\n' -}}
+{%- endif -%}
+{%- endfor -%}
+{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\n' -}}{%- endif -%}
+"""
+
+
+class ChatTokenizer(Protocol):
+    """What the loop needs of a tokenizer."""
+
+    @property
+    def eos_token_ids(self) -> list[int]: ...
+
+    def render(self, messages: list[Message], tools: list[dict[str, Any]] | None, add_generation_prompt: bool) -> str: ...
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def decode(self, ids: list[int]) -> str: ...
+
+
+def render_template(template: str, messages: list[Message], tools: list[dict[str, Any]] | None, add_generation_prompt: bool) -> str:
+    """Render a Jinja chat template the way Hugging Face does (trimmed blocks, ``tojson``)."""
+    return _compile(template).render(messages=messages, tools=tools or None, add_generation_prompt=add_generation_prompt)
+
+
+_TEMPLATES: dict[str, Any] = {}
+
+
+def _compile(template: str) -> Any:
+    if template not in _TEMPLATES:
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        env.filters["tojson"] = lambda v, indent=None: json.dumps(v, ensure_ascii=False, indent=indent)
+        _TEMPLATES[template] = env.from_string(template)
+    return _TEMPLATES[template]
+
+
+class ByteChatTokenizer:
+    """UTF-8 bytes as tokens 0-255, then the special tokens: a real, model-free tokenizer."""
+
+    def __init__(self, template: str = QWEN3_TEMPLATE, special_tokens: tuple[str, ...] = SPECIAL_TOKENS):
+        self.template = template
+        self.special = {tok: 256 + i for i, tok in enumerate(special_tokens)}
+        self.inverse = {v: k for k, v in self.special.items()}
+        self._split = re.compile("(" + "|".join(re.escape(t) for t in special_tokens) + ")")
+
+    @property
+    def vocab_size(self) -> int:
+        return 256 + len(self.special)
+
+    @cached_property
+    def eos_token_ids(self) -> list[int]:
+        return [self.special[END_OF_TURN], self.special["<|endoftext|>"]]
+
+    def render(self, messages: list[Message], tools: list[dict[str, Any]] | None, add_generation_prompt: bool) -> str:
+        return render_template(self.template, messages, tools, add_generation_prompt)
+
+    def encode(self, text: str) -> list[int]:
+        ids: list[int] = []
+        for piece in self._split.split(text):
+            if piece in self.special:
+                ids.append(self.special[piece])
+            elif piece:
+                ids.extend(piece.encode("utf-8"))
+        return ids
+
+    def decode(self, ids: list[int]) -> str:
+        out, buf = [], bytearray()
+        for i in ids:
+            if i < 256:
+                buf.append(i)
+                continue
+            out.append(buf.decode("utf-8", errors="replace"))
+            buf = bytearray()
+            out.append(self.inverse.get(i, ""))
+        out.append(buf.decode("utf-8", errors="replace"))
+        return "".join(out)
+
+
+class HFChatTokenizer:
+    """Adapter for a Hugging Face tokenizer that has a chat template."""
+
+    def __init__(self, tokenizer: Any):
+        self.tok = tokenizer
+        if not getattr(tokenizer, "chat_template", None):
+            raise ValueError(f"tokenizer {getattr(tokenizer, 'name_or_path', tokenizer)!r} has no chat template")
+
+    @cached_property
+    def eos_token_ids(self) -> list[int]:
+        ids = []
+        for tok in (END_OF_TURN, self.tok.eos_token):
+            if tok is not None:
+                tid = self.tok.convert_tokens_to_ids(tok)
+                if isinstance(tid, int) and tid != self.tok.unk_token_id and tid not in ids:
+                    ids.append(tid)
+        return ids
+
+    def render(self, messages: list[Message], tools: list[dict[str, Any]] | None, add_generation_prompt: bool) -> str:
+        return self.tok.apply_chat_template(
+            messages, tools=tools or None, add_generation_prompt=add_generation_prompt, tokenize=False
+        )
+
+    def encode(self, text: str) -> list[int]:
+        return list(self.tok.encode(text, add_special_tokens=False))
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tok.decode(ids, skip_special_tokens=False)
+
+
+def load_tokenizer(path: str) -> HFChatTokenizer:
+    """A local Hugging Face tokenizer folder, offline, wrapped for the loop."""
+    from transformers import AutoTokenizer
+
+    return HFChatTokenizer(AutoTokenizer.from_pretrained(path, local_files_only=True))

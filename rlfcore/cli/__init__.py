@@ -1,0 +1,65 @@
+"""The ``rlf`` command. Each command group lives in its own module; heavy imports stay inside commands."""
+
+from __future__ import annotations
+
+import sys
+import traceback
+
+import click
+
+from rlfcore import __version__
+from rlfcore.cli.config import config
+from rlfcore.cli.eval import eval_command
+from rlfcore.cli.plugins import plugins
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="rlf")
+@click.option("--debug", is_flag=True, help="Show full tracebacks of plugin and config errors.")
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """rlf: reinforcement-learning post-training for LLMs that call tools over many turns.
+
+    Plugins add tools, tool-call formats and rewards; a YAML config enables them by name.
+    """
+    ctx.obj = {"debug": debug}
+
+
+cli.add_command(plugins)
+cli.add_command(config)
+cli.add_command(eval_command)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: runs the CLI and turns config and plugin errors into clean messages and exit codes."""
+    from rlfcore.config import ConfigError
+    from rlfcore.plugins import PluginError
+
+    debug = "--debug" in (argv if argv is not None else sys.argv[1:])
+    try:
+        code = cli.main(args=argv, prog_name="rlf", standalone_mode=False)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.Abort:
+        click.echo("Aborted.", err=True)
+        sys.exit(130)
+    except ConfigError as exc:
+        click.secho(exc.render(), fg="red", err=True)
+        sys.exit(2)
+    except PluginError as exc:
+        click.secho(f"error: {exc}", fg="red", err=True)
+        if debug and exc.details:
+            click.echo(exc.details, err=True)
+        elif exc.details:
+            click.echo("(run with --debug for the traceback)", err=True)
+        sys.exit(1)
+    except SystemExit:
+        raise
+    except Exception:
+        if debug:
+            raise
+        click.secho(f"error: {traceback.format_exc(limit=0).strip()}", fg="red", err=True)
+        click.echo("(run with --debug for the traceback)", err=True)
+        sys.exit(1)
+    sys.exit(code if isinstance(code, int) else 0)

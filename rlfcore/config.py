@@ -1,0 +1,348 @@
+"""The run config: one YAML file, validated into typed models before anything heavy starts.
+
+Core settings live in the models below. Each enabled plugin owns the top-level section named after
+it, validated against the schema it registered. Every mistake is reported at once with its dotted
+path, the bad value and what was expected.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
+
+if TYPE_CHECKING:
+    from rlfcore.plugins import PluginManager
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ModelConfig(_Section):
+    path: str | None = Field(None, description="Local folder of a Hugging Face model (weights, tokenizer, chat template).")
+    tokenizer: str | None = Field(None, description="Tokenizer folder, when it differs from `path`.")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+
+
+class DataConfig(_Section):
+    train: str | None = Field(None, description="Training rows: JSONL or parquet.")
+    eval: str | None = Field(None, description="Evaluation rows: JSONL or parquet.")
+    default_env: str | None = Field(None, description="Environment of rows that name none.")
+
+
+class SamplingConfig(_Section):
+    temperature: float = Field(1.0, ge=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = Field(-1, description="-1: no top-k filtering.")
+    max_tokens: int = Field(256, gt=0, description="Tokens generated per turn at most.")
+    seed: int | None = None
+
+
+class RolloutConfig(_Section):
+    parser: str = Field("hermes", description="Tool-call format, by the name a plugin registered.")
+    system_prompt: str | None = Field(None, description="Prepended to prompts that have no system message.")
+    max_turns: int = Field(4, ge=1)
+    max_response_tokens: int = Field(1024, gt=0, description="Generated plus observation tokens per trajectory.")
+    max_total_tokens: int = Field(4096, gt=0, description="Prompt plus response tokens per trajectory.")
+    n: int = Field(1, ge=1, description="Samples per prompt (GRPO's group size).")
+    concurrency: int = Field(64, ge=1, description="Trajectories in flight at once.")
+    check_template: bool = Field(True, description="Compare incremental tokens with a full rendering.")
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+
+
+class ToolsConfig(_Section):
+    timeout_s: float = Field(30.0, gt=0, description="Per call, unless the tool sets its own.")
+    max_concurrency: int = Field(64, ge=1, description="Calls in flight across all trajectories.")
+    retries: int = Field(0, ge=0, description="Retries of calls that fail with a transient error.")
+    cache: bool = Field(False, description="Reuse results of identical calls within a run.")
+    max_output_chars: int = Field(4000, gt=0, description="Longer results are cut, with a note saying so.")
+
+
+class EngineConfig(_Section):
+    name: str = Field("transformers", description="transformers, openai, scripted, or one a plugin registered.")
+    base_url: str | None = Field(None, description="For `openai`: the server's URL, ending in /v1.")
+    model: str | None = Field(None, description="For `openai`: the served model's name.")
+    api_key: str | None = None
+    timeout_s: float = Field(600.0, gt=0)
+    max_batch_size: int = Field(32, ge=1, description="For `transformers`: prompts generated together.")
+    device: str = Field("auto", description="For `transformers`: cpu, cuda, or auto.")
+
+
+class RewardConfig(_Section):
+    weights: dict[str, float] = Field(
+        default_factory=dict, description="Weights of score components and `judge`; empty: the score alone."
+    )
+    timeout_s: float = Field(60.0, gt=0, description="Per sample and scorer.")
+
+
+class RunConfig(_Section):
+    """A run's settings. Plugin sections are kept apart, validated by each plugin's schema."""
+
+    plugins: list[str] = Field(default_factory=list, description="Installed plugins to enable, by name.")
+    local_plugins: list[str] = Field(
+        default_factory=list, description="Plugins from `module`, `module:attr` or a `.py` path (relative to the config)."
+    )
+    envs: dict[str, list[str]] = Field(
+        default_factory=dict, description="Environments by name, each the plugins it uses; default: one per plugin."
+    )
+    seed: int = 0
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    data: DataConfig = Field(default_factory=DataConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    tools: ToolsConfig = Field(default_factory=ToolsConfig)
+    engine: EngineConfig = Field(default_factory=EngineConfig)
+    reward: RewardConfig = Field(default_factory=RewardConfig)
+
+    _settings: dict[str, BaseModel | None] = PrivateAttr(default_factory=dict)
+    _source: Path | None = PrivateAttr(default=None)
+
+    def settings(self, plugin: str) -> BaseModel | None:
+        """The validated section of one plugin (``None`` when it registers no schema)."""
+        return self._settings.get(plugin)
+
+    @property
+    def source(self) -> Path | None:
+        """The YAML file this config was read from."""
+        return self._source
+
+    def environments(self) -> dict[str, list[str]]:
+        """Each environment and its plugins: as configured, or one environment per enabled plugin."""
+        if self.envs:
+            return {k: list(v) for k, v in self.envs.items()}
+        return {name: [name] for name in [*self.plugins, *self._local_names()]}
+
+    def _local_names(self) -> list[str]:
+        return [n for n in self._settings if n not in self.plugins]
+
+    def resolved(self) -> dict[str, Any]:
+        """Everything this run uses, defaults filled in: what is saved beside every run."""
+        out = self.model_dump(mode="json")
+        for name, section in self._settings.items():
+            if section is not None:
+                out[name] = section.model_dump(mode="json")
+        return out
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(yaml.safe_dump(self.resolved(), sort_keys=False))
+
+
+class ConfigIssue(BaseModel):
+    path: str
+    message: str
+
+
+class ConfigError(Exception):
+    """All the mistakes of one config, each with its dotted path."""
+
+    def __init__(self, issues: list[ConfigIssue], source: str = "config"):
+        self.issues = issues
+        self.source = source
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        n = len(self.issues)
+        lines = [f"{self.source}: {n} error{'s' if n != 1 else ''}"]
+        lines += [f"  {i.path or '(top level)'}: {i.message}" for i in self.issues]
+        return "\n".join(lines)
+
+
+# --- reading ---------------------------------------------------------------------------------------
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """Read one YAML mapping, turning every failure into a ConfigError that names the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError([ConfigIssue(path="", message=f"no such file: {path}")], source=str(path))
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError([ConfigIssue(path="", message=f"{where}{problem}")], source=str(path)) from None
+    if not isinstance(data, dict):
+        raise ConfigError(
+            [ConfigIssue(path="", message=f"expected a mapping of settings, got {type(data).__name__}")], source=str(path)
+        )
+    return data
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> list[ConfigIssue]:
+    """Apply ``dotted.key=value`` overrides in place; values are read as YAML (``3``, ``true``, ``[a, b]``)."""
+    issues = []
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            issues.append(ConfigIssue(path=item, message="an override must look like dotted.key=value"))
+            continue
+        parts = key.strip().split(".")
+        node = data
+        for i, part in enumerate(parts[:-1]):
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                issues.append(
+                    ConfigIssue(path=".".join(parts[: i + 1]), message=f"is {child!r}, not a section; cannot set {key}")
+                )
+                break
+            node = child
+        else:
+            try:
+                node[parts[-1]] = yaml.safe_load(raw) if raw.strip() else ""
+            except yaml.YAMLError:
+                node[parts[-1]] = raw
+    return issues
+
+
+def _loc_path(prefix: str, loc: tuple[Any, ...]) -> str:
+    parts = [prefix] if prefix else []
+    for p in loc:
+        parts.append(f"[{p}]" if isinstance(p, int) else str(p))
+    return ".".join(parts).replace(".[", "[")
+
+
+def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    for part in loc:
+        field = model.model_fields.get(str(part))
+        ann = getattr(field, "annotation", None)
+        if not (isinstance(ann, type) and issubclass(ann, BaseModel)):
+            return None
+        model = ann
+    return model
+
+
+def _issues_from(exc: ValidationError, model: type[BaseModel], prefix: str = "") -> list[ConfigIssue]:
+    issues = []
+    for err in exc.errors():
+        loc = tuple(err["loc"])
+        path = _loc_path(prefix, loc)
+        if err["type"] == "extra_forbidden":
+            parent = _model_at(model, loc[:-1])
+            known = list(parent.model_fields) if parent else []
+            hint = difflib.get_close_matches(str(loc[-1]), known, n=1)
+            msg = f"unknown key (value {err['input']!r})"
+            msg += f"; did you mean '{hint[0]}'?" if hint else (f"; expected one of: {', '.join(known)}" if known else "")
+        elif err["type"] == "missing":
+            msg = "required, but missing"
+        else:
+            msg = f"{err['msg']} (got {err['input']!r})"
+        issues.append(ConfigIssue(path=path, message=msg))
+    return issues
+
+
+def load_config(
+    source: str | Path | dict[str, Any],
+    overrides: list[str] | None = None,
+    manager: PluginManager | None = None,
+) -> tuple[RunConfig, PluginManager]:
+    """Read, override, enable plugins and validate: a RunConfig and the manager with its plugins loaded.
+
+    Raises ConfigError with every mistake found, or PluginError when an enabled plugin fails to load.
+    """
+    from rlfcore.plugins import PluginError, PluginManager
+
+    if isinstance(source, dict):
+        data, label, base = dict(source), "config", Path.cwd()
+    else:
+        data, label, base = read_yaml(source), str(source), Path(source).resolve().parent
+    issues = apply_overrides(data, overrides or [])
+
+    manager = manager or PluginManager()
+    if not manager.infos:
+        manager.discover()
+
+    names = data.get("plugins", [])
+    locals_ = data.get("local_plugins", [])
+    wanted: list[str] = []
+    if isinstance(names, list):
+        for i, name in enumerate(names):
+            if isinstance(name, str) and name not in manager.infos:
+                installed = sorted(n for n, inf in manager.infos.items() if inf.source != "builtin")
+                close = difflib.get_close_matches(name, installed, n=1)
+                hint = f"did you mean '{close[0]}'? " if close else ""
+                issues.append(
+                    ConfigIssue(
+                        path=f"plugins[{i}]",
+                        message=f"no plugin named {name!r} is installed; {hint}installed: {', '.join(installed) or 'none'}",
+                    )
+                )
+            elif isinstance(name, str):
+                wanted.append(name)
+    local_names: list[str] = []
+    if isinstance(locals_, list):
+        for i, spec in enumerate(locals_):
+            if isinstance(spec, str):
+                try:
+                    local_names.append(manager.add_local(spec, base))
+                except PluginError as exc:
+                    issues.append(ConfigIssue(path=f"local_plugins[{i}]", message=str(exc)))
+    manager.enable([*wanted, *local_names])
+
+    # Each enabled plugin's section, validated against the schema it registered.
+    settings: dict[str, BaseModel | None] = {}
+    for name in [*wanted, *local_names]:
+        schema = _schema_of(manager, name)
+        section = data.pop(name, None)
+        if schema is None:
+            settings[name] = None
+            if section is not None:
+                issues.append(ConfigIssue(path=name, message=f"plugin '{name}' takes no settings (got {section!r})"))
+            continue
+        if section is not None and not isinstance(section, dict):
+            issues.append(ConfigIssue(path=name, message=f"expected a mapping of settings, got {section!r}"))
+            section = {}
+        try:
+            settings[name] = schema.model_validate(section or {})
+        except ValidationError as exc:
+            issues += _issues_from(exc, schema, prefix=name)
+    for key in list(data):
+        info = manager.infos.get(key)
+        if key not in RunConfig.model_fields and info is not None and not info.enabled:
+            issues.append(
+                ConfigIssue(path=key, message=f"settings for plugin '{key}', which is not enabled: add it to `plugins`")
+            )
+            data.pop(key)
+
+    config: RunConfig | None = None
+    try:
+        config = RunConfig.model_validate(data)
+    except ValidationError as exc:
+        core_issues = _issues_from(exc, RunConfig)
+        for issue in core_issues:
+            if issue.message.startswith("unknown key") and "." not in issue.path:
+                issue.message = "unknown key: neither a core setting nor an enabled plugin's section" + (
+                    issue.message[len("unknown key") :]
+                )
+        issues += core_issues
+    if config is not None:
+        config._settings = settings
+        config._source = None if isinstance(source, dict) else Path(source)
+        issues += _check_envs(config, manager)
+    if issues:
+        raise ConfigError(issues, source=label)
+    assert config is not None
+    return config, manager
+
+
+def _schema_of(manager: PluginManager, name: str) -> type[BaseModel] | None:
+    for impl in manager.impls("register_config_schema", [name]):
+        if impl.plugin_name == name:
+            return impl.function()
+    return None
+
+
+def _check_envs(config: RunConfig, manager: PluginManager) -> list[ConfigIssue]:
+    issues = []
+    for env, plugins in config.envs.items():
+        for i, name in enumerate(plugins):
+            if not manager.infos.get(name) or not manager.infos[name].enabled:
+                issues.append(ConfigIssue(path=f"envs.{env}[{i}]", message=f"plugin {name!r} is not enabled"))
+    default_env = config.data.default_env
+    if default_env is not None and default_env not in config.environments():
+        known = ", ".join(config.environments()) or "none"
+        issues.append(ConfigIssue(path="data.default_env", message=f"unknown environment {default_env!r}; known: {known}"))
+    return issues

@@ -1,0 +1,64 @@
+"""Context objects passed to hooks.
+
+Hooks take a context instead of a long argument list so the core can add fields later without
+breaking any plugin: an implementation reads only the attributes it needs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Mapping
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from rlfcore.config import RunConfig
+    from rlfcore.runtime import Runtime
+    from rlfcore.types import Message, Sample, Tool
+
+
+@dataclass
+class SetupContext:
+    """For the registration hooks, called once per plugin when a run starts or a command inspects it.
+
+    ``settings`` is the calling plugin's own validated config section (its schema's defaults when the
+    config has no section for it, ``None`` when it registers no schema); ``config`` is the whole run
+    config, ``None`` outside a run (``rlf plugins list``).
+    """
+
+    plugin: str
+    settings: BaseModel | None = None
+    config: RunConfig | None = None
+
+
+@dataclass
+class TurnContext:
+    """For the per-turn hooks of one trajectory.
+
+    ``env`` is the sample's environment (the plugin that owns it), ``settings`` that plugin's config
+    section, ``tools`` the tools this sample may call, ``messages`` the conversation so far (the
+    assistant message of this turn included), ``parser`` the configured tool-call format, ``runtime``
+    the run's shared services (executor, parsers, tokenizer) for the built-in implementations.
+    """
+
+    sample_id: str
+    env: str | None
+    turn: int
+    messages: list[Message]
+    tools: Mapping[str, Tool]
+    parser: str = "hermes"
+    settings: BaseModel | None = None
+    config: RunConfig | None = None
+    row: Mapping[str, Any] = field(default_factory=dict)
+    runtime: Runtime | None = None
+
+
+@dataclass
+class ScoreContext:
+    """For the reward hooks. ``group`` holds every sample of the same prompt (GRPO's group)."""
+
+    env: str | None
+    settings: BaseModel | None = None
+    config: RunConfig | None = None
+    group: list[Sample] = field(default_factory=list)
+    runtime: Runtime | None = None

@@ -1,0 +1,57 @@
+"""The one async interface every rollout engine implements.
+
+Token ids in, token ids and logprobs out: the loop never sends text to an engine, so what the model
+generated is exactly what is trained on.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from rlfcore.config import SamplingConfig
+
+
+@dataclass
+class SamplingParams:
+    """Sampling settings for one generation; every turn of a trajectory uses the configured ones."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    max_tokens: int = 256
+    seed: int | None = None
+    stop_token_ids: list[int] = field(default_factory=list)
+
+    @classmethod
+    def from_config(cls, cfg: SamplingConfig, stop_token_ids: list[int]) -> SamplingParams:
+        return cls(
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+            top_k=cfg.top_k,
+            max_tokens=cfg.max_tokens,
+            seed=cfg.seed,
+            stop_token_ids=list(stop_token_ids),
+        )
+
+
+@dataclass
+class Generation:
+    """What one generate call produced. ``token_ids`` include the stop token when one was hit."""
+
+    token_ids: list[int]
+    logprobs: list[float] | None
+    finish_reason: Literal["stop", "length"]
+
+
+class Engine(abc.ABC):
+    """An async generator of tokens. Implementations must be safe to call concurrently."""
+
+    @abc.abstractmethod
+    async def generate(self, prompt_ids: list[int], params: SamplingParams, request_id: str = "") -> Generation:
+        """Continue ``prompt_ids``. ``request_id`` is stable across the turns of one trajectory."""
+
+    async def close(self) -> None:
+        """Release servers, sessions and memory."""

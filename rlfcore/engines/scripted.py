@@ -1,0 +1,47 @@
+"""A policy that plays scripted texts: for tests and ``rlf plugins check``, where no model is wanted."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from typing import Callable, Mapping, Sequence, Union
+
+from rlfcore.chat import ChatTokenizer
+from rlfcore.engines.base import Engine, Generation, SamplingParams
+
+Policy = Union[Callable[[str, str], str], Mapping[str, Sequence[str]]]
+
+
+class ScriptedEngine(Engine):
+    """Answers each request with a scripted text, encoded with the run's tokenizer.
+
+    ``policy`` is either a mapping from trajectory id (the request id) to the texts of its turns, or a
+    callable ``(request_id, prompt_text) -> text``. Logprobs are 0: the text is certain. ``latency_s``
+    simulates a model's generation time.
+    """
+
+    def __init__(self, tokenizer: ChatTokenizer, policy: Policy, latency_s: float = 0.0):
+        self.tokenizer = tokenizer
+        self.policy = policy
+        self.latency_s = latency_s
+        self._turns: dict[str, int] = defaultdict(int)
+
+    def _text(self, request_id: str, prompt_ids: list[int]) -> str:
+        if callable(self.policy):
+            return self.policy(request_id, self.tokenizer.decode(prompt_ids))
+        script = self.policy.get(request_id) or self.policy.get(request_id.split("#", 1)[0])
+        if script is None:
+            raise KeyError(f"scripted engine has no script for request {request_id!r}")
+        turn = self._turns[request_id]
+        self._turns[request_id] += 1
+        return script[turn] if turn < len(script) else script[-1]
+
+    async def generate(self, prompt_ids: list[int], params: SamplingParams, request_id: str = "") -> Generation:
+        if self.latency_s:
+            await asyncio.sleep(self.latency_s)
+        ids = self.tokenizer.encode(self._text(request_id, prompt_ids))
+        if len(ids) >= params.max_tokens:
+            ids = ids[: params.max_tokens]
+            return Generation(token_ids=ids, logprobs=[0.0] * len(ids), finish_reason="length")
+        ids.append(self.tokenizer.eos_token_ids[0])
+        return Generation(token_ids=ids, logprobs=[0.0] * len(ids), finish_reason="stop")

@@ -1,0 +1,165 @@
+"""The contract between the rlf core and its plugins: every hook, grouped by phase.
+
+A plugin is a module (or object) whose functions are decorated with ``rlfcore.hookimpl`` and named
+after a hook below. An implementation may accept any subset of a hook's arguments, so new arguments
+never break old plugins; context objects carry everything else and grow with the core.
+
+Every hook may be implemented as ``async def``: the core awaits what is awaitable. Hooks marked
+*first result* stop at the first implementation that returns something other than ``None``; the
+core's built-in defaults are registered with ``trylast=True``, so an enabled plugin takes precedence
+over them. Per-sample routing: the per-turn and scoring hooks of a sample are called only on the
+sample's environment plugin, local plugins and the built-ins; ``judge`` is called on every enabled
+plugin that implements it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+import pluggy
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from rlfcore.chat import ChatTokenizer
+    from rlfcore.config import RunConfig
+    from rlfcore.context import ScoreContext, SetupContext, TurnContext
+    from rlfcore.engines.base import Engine
+    from rlfcore.types import (
+        Example,
+        Message,
+        Sample,
+        Score,
+        Tool,
+        ToolCall,
+        ToolCallParser,
+        ToolResult,
+        Verification,
+    )
+
+PROJECT = "rlf"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+# --- Registration: what a plugin provides (collect-all, called once per plugin) ---------------------
+
+
+@hookspec
+def register_config_schema() -> type[BaseModel] | None:
+    """Return the pydantic model of this plugin's config section.
+
+    Called once per plugin when a config is loaded. The section is the top-level key named after the
+    plugin (``nl2sql: {...}``); it is validated against this model before anything heavy starts, and
+    the validated object reaches the plugin's hooks as ``ctx.settings``. Every field needs a default
+    so that the plugin runs with an empty section. Collect-all; may not be async.
+    """
+
+
+@hookspec
+def register_tools(ctx: SetupContext) -> list[Tool] | None:
+    """Return the tools this plugin's environment offers to the model.
+
+    Called once per plugin per run (and by ``rlf plugins list``/``check`` with the default settings),
+    with ``ctx.settings`` the plugin's own section. Samples whose environment is this plugin see only
+    these tools. Collect-all; may be async (an MCP plugin lists its servers' tools here).
+    """
+
+
+@hookspec
+def register_parsers(ctx: SetupContext) -> dict[str, ToolCallParser] | None:
+    """Return tool-call parsers by name: ``{"llama3-json": parse}``.
+
+    A parser turns one generated text into a list of :class:`~rlfcore.types.ToolCall` (empty when the
+    text has none; a call it cannot read comes back with ``error`` set). ``rollout.parser`` in the
+    config picks one by name. Collect-all; may not be async.
+    """
+
+
+@hookspec
+def register_engines(ctx: SetupContext) -> dict[str, Callable[[RunConfig, ChatTokenizer], Engine]] | None:
+    """Return rollout engine factories by name: ``{"vllm": make_engine}``.
+
+    ``engine.name`` in the config picks one; the factory gets the run config and the tokenizer and
+    returns an :class:`~rlfcore.engines.base.Engine`. Built-ins: ``transformers`` and ``openai``.
+    Collect-all; may not be async.
+    """
+
+
+@hookspec
+def register_examples(ctx: SetupContext) -> list[Example] | None:
+    """Return scripted examples: dataset rows with the assistant turns to play.
+
+    ``rlf plugins check`` runs them through the real loop with a scripted policy (no model) to show the
+    plugin's tools and rewards work end to end. Collect-all; may not be async.
+    """
+
+
+# --- Rollout: called on every turn of a trajectory ------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def parse_tool_calls(text: str, ctx: TurnContext) -> list[ToolCall] | None:
+    """Return the tool calls in one generated text, ``[]`` when it has none (the trajectory ends).
+
+    Called after each generation with the decoded assistant text. First result: return ``None`` to
+    leave the text to the next implementation. Default: the parser named by ``ctx.parser`` (Hermes /
+    Qwen3 ``<tool_call>{json}</tool_call>`` unless configured). May be async.
+    """
+
+
+@hookspec(firstresult=True)
+def invoke_tools(calls: list[ToolCall], ctx: TurnContext) -> list[ToolResult] | None:
+    """Run the calls of one turn and return one result per call, in order.
+
+    Called when a turn has calls. Errors and timeouts must come back as results (``error`` set), never
+    as exceptions. First result. Default: the core's async executor (calls of a turn run
+    concurrently, with timeouts, limits and schema checks). May be async.
+    """
+
+
+@hookspec(firstresult=True)
+def build_observation(results: list[ToolResult], ctx: TurnContext) -> list[Message] | None:
+    """Return the messages to append to the context after the tool results.
+
+    Called after ``invoke_tools``. The core renders them with the model's chat template and appends
+    their tokens with loss mask 0. First result. Default: one ``{"role": "tool"}`` message per result.
+    May be async.
+    """
+
+
+# --- Reward: called on finished trajectories ------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def verify_tool(sample: Sample, ctx: ScoreContext) -> Verification | None:
+    """Verify the final answer by executing it (run the SQL, the code, the API call).
+
+    Called once per finished trajectory, before ``compute_score``, which receives the result. First
+    result. Default: none (no verification). May be async.
+    """
+
+
+@hookspec(firstresult=True)
+def compute_score(sample: Sample, verification: Verification | None, ctx: ScoreContext) -> float | Score | None:
+    """Return the rule-based reward of one finished trajectory: a float, or a Score with components.
+
+    Called after ``verify_tool``. A per-turn reward may be returned as ``Score.components``. First
+    result. Default: exact match of the final answer against ``sample.ground_truth``. May be async.
+    """
+
+
+@hookspec
+def judge(samples: list[Sample], ctx: ScoreContext) -> list[float | Score | None] | None:
+    """Return model-judge scores for a group of samples of one prompt, one entry per sample.
+
+    Called with the whole GRPO group so both pointwise and group-relative judges fit; ``None`` entries
+    mean "not judged". Collect-all over every enabled plugin (not routed by environment: check
+    ``ctx.env`` to judge only some). Default: none. May be async.
+    """
+
+
+HOOK_NAMES: tuple[str, ...] = tuple(
+    name for name, value in list(globals().items()) if callable(value) and hasattr(value, f"{PROJECT}_spec")
+)
+"""Every hook name, in the order defined above."""

@@ -1,0 +1,266 @@
+"""The multi-turn loop: generate → parse → invoke → observe, token-exact.
+
+Each trajectory is one sequence of token ids: the rendered prompt, then turns of generated tokens
+(kept verbatim with their logprobs, loss mask 1) and observation tokens (loss mask 0). Observation
+tokens are the difference of two chat-template renderings, so history is never re-tokenised; a
+sanity check compares the finished sequence with a full rendering and records where the template
+breaks the prefix property (Qwen3's drops earlier ``<think>`` blocks). Trajectories run concurrently;
+a trajectory waiting on a tool never holds up another's generation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import zlib
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Literal
+
+from rlfcore.chat import ChatTokenizer
+from rlfcore.context import TurnContext
+from rlfcore.data import Row
+from rlfcore.engines.base import Engine, SamplingParams
+from rlfcore.hookcall import call_first
+from rlfcore.runtime import Runtime
+from rlfcore.types import Message, ToolCall, ToolResult
+
+StopReason = Literal["answer", "no_tool_call", "max_turns", "max_total_tokens", "max_response_tokens", "error"]
+
+
+@dataclass
+class Trajectory:
+    """One rollout: messages for people and plugins, tokens and mask for training."""
+
+    id: str
+    row_id: str
+    env: str | None
+    messages: list[Message]
+    prompt_ids: list[int] = field(default_factory=list)
+    response_ids: list[int] = field(default_factory=list)
+    response_mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    num_turns: int = 0
+    tool_calls: int = 0
+    tool_errors: int = 0
+    tool_error_kinds: dict[str, int] = field(default_factory=dict)
+    stop_reason: StopReason = "answer"
+    truncated: bool = False
+    error: str | None = None
+    template_mismatch: str | None = None
+    generate_s: float = 0.0
+    tools_s: float = 0.0
+    ground_truth: Any = None
+    extra: dict[str, Any] = field(default_factory=dict)
+    reward: float = 0.0
+    reward_components: dict[str, float] = field(default_factory=dict)
+    reward_error: str | None = None
+
+    @property
+    def response(self) -> str:
+        """The text of the last assistant message."""
+        for m in reversed(self.messages):
+            if m.get("role") == "assistant":
+                return m.get("content") or ""
+        return ""
+
+    def record(self) -> dict[str, Any]:
+        """The JSON line written by ``rlf eval`` and kept as training samples."""
+        out = asdict(self)
+        out["prompt_tokens"] = len(self.prompt_ids)
+        out["response_tokens"] = len(self.response_ids)
+        out["generated_tokens"] = sum(self.response_mask)
+        return out
+
+
+class Rollout:
+    """Runs trajectories of dataset rows through an engine, with the run's plugins."""
+
+    def __init__(self, runtime: Runtime, engine: Engine, tokenizer: ChatTokenizer):
+        self.runtime = runtime
+        self.engine = engine
+        self.tok = tokenizer
+        self.cfg = runtime.config.rollout
+        self._obs_base: tuple[list[Message], str] | None = None
+        self._gate: asyncio.Semaphore | None = None
+
+    async def run(
+        self, rows: list[Row], n: int | None = None, on_done: Callable[[Trajectory], None] | None = None
+    ) -> list[Trajectory]:
+        """``n`` trajectories per row (default ``rollout.n``), at most ``rollout.concurrency`` at once.
+
+        Results come back grouped by row, in row order; a trajectory that fails is recorded with
+        ``stop_reason="error"``, never raised.
+        """
+        groups = await asyncio.gather(*(self.group(row, n, on_done) for row in rows))
+        return [t for group in groups for t in group]
+
+    async def group(
+        self, row: Row, n: int | None = None, on_done: Callable[[Trajectory], None] | None = None
+    ) -> list[Trajectory]:
+        """The ``n`` trajectories of one row (GRPO's group), sharing the run's concurrency limit."""
+        if self._gate is None:
+            self._gate = asyncio.Semaphore(self.cfg.concurrency)
+        gate = self._gate
+
+        async def one(k: int) -> Trajectory:
+            async with gate:
+                traj = await self.trajectory(row, f"{row.id}#{k}")
+            if on_done is not None:
+                on_done(traj)
+            return traj
+
+        return list(await asyncio.gather(*(one(k) for k in range(n or self.cfg.n))))
+
+    async def trajectory(self, row: Row, traj_id: str) -> Trajectory:
+        env = self.runtime.env_of(row.raw or {"env": row.env, "id": row.id})
+        messages = list(row.prompt)
+        if self.cfg.system_prompt and not (messages and messages[0].get("role") == "system"):
+            messages.insert(0, {"role": "system", "content": self.cfg.system_prompt})
+        traj = Trajectory(
+            id=traj_id, row_id=row.id, env=env, messages=messages, ground_truth=row.ground_truth, extra=row.extra
+        )
+        try:
+            await self._turns(traj, row)
+            if self.cfg.check_template and traj.response_ids:
+                traj.template_mismatch = self.check_template(traj)
+        except Exception as exc:  # an engine or plugin failure ends this trajectory only
+            traj.stop_reason = "error"
+            traj.error = f"{type(exc).__name__}: {exc}"
+        return traj
+
+    async def _turns(self, traj: Trajectory, row: Row) -> None:
+        tools = self.runtime.tools_for(traj.env)
+        schemas = [t.schema() for t in tools.values()]
+        traj.prompt_ids = self.tok.encode(self.tok.render(traj.messages, schemas, add_generation_prompt=True))
+        if len(traj.prompt_ids) >= self.cfg.max_total_tokens:
+            traj.stop_reason, traj.truncated = "max_total_tokens", True
+            traj.error = f"prompt has {len(traj.prompt_ids)} tokens, rollout.max_total_tokens is {self.cfg.max_total_tokens}"
+            return
+        eos = set(self.tok.eos_token_ids)
+        ctx = TurnContext(
+            sample_id=traj.id,
+            env=traj.env,
+            turn=0,
+            messages=traj.messages,
+            tools=tools,
+            parser=self.cfg.parser,
+            settings=self.runtime.settings(traj.env),
+            config=self.runtime.config,
+            row=row.raw,
+            runtime=self.runtime,
+        )
+        for turn in range(self.cfg.max_turns):
+            ctx.turn = turn
+            room_response = self.cfg.max_response_tokens - len(traj.response_ids)
+            room_total = self.cfg.max_total_tokens - len(traj.prompt_ids) - len(traj.response_ids)
+            budget = min(self.cfg.sampling.max_tokens, room_response, room_total)
+            if budget <= 0:
+                traj.stop_reason = "max_response_tokens" if room_response <= room_total else "max_total_tokens"
+                traj.truncated = True
+                return
+            params = SamplingParams.from_config(self.cfg.sampling, self.tok.eos_token_ids)
+            params.max_tokens = budget
+            if params.seed is not None:  # one seed per sample and turn: a group must not repeat itself
+                params.seed = zlib.crc32(f"{params.seed}/{traj.id}/{turn}".encode())
+            t0 = time.perf_counter()
+            gen = await self.engine.generate(traj.prompt_ids + traj.response_ids, params, request_id=traj.id)
+            traj.generate_s += time.perf_counter() - t0
+            traj.num_turns += 1
+            traj.response_ids += gen.token_ids
+            traj.response_mask += [1] * len(gen.token_ids)
+            traj.logprobs += gen.logprobs if gen.logprobs is not None else [0.0] * len(gen.token_ids)
+            body = gen.token_ids[:-1] if gen.token_ids and gen.token_ids[-1] in eos else gen.token_ids
+            text = self.tok.decode(body)
+            if gen.finish_reason == "length":
+                traj.messages.append({"role": "assistant", "content": text})
+                traj.truncated = True
+                traj.stop_reason = "max_total_tokens" if budget == room_total else "max_response_tokens"
+                return
+            calls = await call_first(self.runtime.impls("parse_tool_calls", traj.env), text=text, ctx=ctx) or []
+            traj.messages.append(_assistant_message(text, calls))
+            if not calls:
+                traj.stop_reason = "answer" if traj.tool_calls else "no_tool_call"
+                return
+            if turn == self.cfg.max_turns - 1:
+                traj.stop_reason = "max_turns"
+                return
+            results = await self._invoke(calls, ctx, traj)
+            observation = await call_first(self.runtime.impls("build_observation", traj.env), results=results, ctx=ctx)
+            obs_ids = self.observation_ids(observation or [], gen.token_ids[-1])
+            if len(traj.response_ids) + len(obs_ids) > self.cfg.max_response_tokens:
+                traj.stop_reason, traj.truncated = "max_response_tokens", True
+                return
+            if len(traj.prompt_ids) + len(traj.response_ids) + len(obs_ids) > self.cfg.max_total_tokens:
+                traj.stop_reason, traj.truncated = "max_total_tokens", True
+                return
+            traj.messages.extend(observation or [])
+            traj.response_ids += obs_ids
+            traj.response_mask += [0] * len(obs_ids)
+            traj.logprobs += [0.0] * len(obs_ids)
+        traj.stop_reason = "max_turns"
+
+    async def _invoke(self, calls: list[ToolCall], ctx: TurnContext, traj: Trajectory) -> list[ToolResult]:
+        t0 = time.perf_counter()
+        results = await call_first(self.runtime.impls("invoke_tools", traj.env), calls=calls, ctx=ctx)
+        traj.tools_s += time.perf_counter() - t0
+        if not isinstance(results, list) or len(results) != len(calls):
+            got = len(results) if isinstance(results, list) else type(results).__name__
+            raise RuntimeError(f"invoke_tools returned {got} results for {len(calls)} calls")
+        traj.tool_calls += len(calls)
+        for r in results:
+            if r.error:
+                traj.tool_errors += 1
+                traj.tool_error_kinds[r.error] = traj.tool_error_kinds.get(r.error, 0) + 1
+        return results
+
+    def observation_ids(self, observation: list[Message], end_token: int) -> list[int]:
+        """Tokens between the end of a generated turn and the start of the next generation.
+
+        Rendered against a fixed two-message context, so they do not depend on (or re-tokenise) the
+        history: the text after the assistant's end-of-turn token, up to the next generation prompt.
+        """
+        if self._obs_base is None:
+            base: list[Message] = [{"role": "user", "content": "?"}, {"role": "assistant", "content": "."}]
+            self._obs_base = (base, self.tok.render(base, None, add_generation_prompt=False))
+        base, without = self._obs_base
+        end_text = self.tok.decode([end_token])
+        cut = without.rfind(end_text) + len(end_text) if end_text and end_text in without else len(without)
+        with_obs = self.tok.render(base + observation, None, add_generation_prompt=True)
+        if not with_obs.startswith(without[:cut]):
+            raise RuntimeError("the chat template renders earlier messages differently once tool results follow")
+        return self.tok.encode(with_obs[cut:])
+
+    def check_template(self, traj: Trajectory) -> str | None:
+        """Where the incremental sequence departs from a full rendering of the messages, or None."""
+        schemas = [t.schema() for t in self.runtime.tools_for(traj.env).values()]
+        full = self.tok.encode(self.tok.render(traj.messages, schemas, add_generation_prompt=False))
+        seq = traj.prompt_ids + traj.response_ids
+        for i, (a, b) in enumerate(zip(seq, full)):
+            if a != b:
+                return (
+                    f"token {i}: rollout has {self.tok.decode(seq[i : i + 12])!r}, "
+                    f"a full rendering has {self.tok.decode(full[i : i + 12])!r}"
+                )
+        if len(full) < len(seq):
+            return f"a full rendering ends at token {len(full)}, the rollout at {len(seq)}"
+        return None
+
+
+def _assistant_message(text: str, calls: list[ToolCall]) -> Message:
+    """The assistant turn in OpenAI format: the text without its call markup, and the calls."""
+    content = text
+    for call in calls:
+        if call.raw:
+            content = content.replace(call.raw, "", 1)
+    message: Message = {"role": "assistant", "content": content.strip()}
+    if calls:
+        message["tool_calls"] = [
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {"name": c.name, "arguments": json.dumps(c.arguments, ensure_ascii=False)},
+            }
+            for c in calls
+        ]
+    return message

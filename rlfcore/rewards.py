@@ -1,0 +1,116 @@
+"""The reward pipeline: verify_tool → compute_score → judge → one scalar per trajectory.
+
+Groups (the samples of one prompt) are scored concurrently. A scorer's error or timeout is recorded on
+its sample (reward 0 and the error) and never stops the others.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from typing import TYPE_CHECKING, Any
+
+from rlfcore.context import ScoreContext
+from rlfcore.hookcall import call_all, call_first
+from rlfcore.types import Sample, Score, Verification
+
+if TYPE_CHECKING:
+    from rlfcore.loop import Trajectory
+    from rlfcore.runtime import Runtime
+
+
+def to_sample(traj: Trajectory) -> Sample:
+    return Sample(
+        id=traj.id,
+        env=traj.env,
+        messages=traj.messages,
+        response=traj.response,
+        ground_truth=traj.ground_truth,
+        extra=traj.extra,
+        num_turns=traj.num_turns,
+        tool_calls=traj.tool_calls,
+        tool_errors=traj.tool_errors,
+        stop_reason=traj.stop_reason,
+    )
+
+
+class RewardPipeline:
+    """Scores finished trajectories in place: ``reward``, ``reward_components``, ``reward_error``."""
+
+    def __init__(self, runtime: Runtime):
+        self.runtime = runtime
+        self.cfg = runtime.config.reward
+
+    async def score(self, trajectories: list[Trajectory]) -> None:
+        groups: OrderedDict[str, list[Trajectory]] = OrderedDict()
+        for t in trajectories:
+            groups.setdefault(t.row_id, []).append(t)
+        await asyncio.gather(*(self.score_group(g) for g in groups.values()))
+
+    async def score_group(self, group: list[Trajectory]) -> None:
+        env = group[0].env
+        samples = [to_sample(t) for t in group]
+        ctx = ScoreContext(
+            env=env, settings=self.runtime.settings(env), config=self.runtime.config, group=samples, runtime=self.runtime
+        )
+        await asyncio.gather(*(self._score_one(t, s, ctx) for t, s in zip(group, samples)))
+        judged = await self._guard(call_all(self.runtime.plugins.impls("judge"), samples=samples, ctx=ctx), "judge")
+        if isinstance(judged, str):
+            for t in group:
+                t.reward_error = t.reward_error or judged
+        else:
+            for plugin, scores in judged:
+                for t, value in zip(group, list(scores) + [None] * (len(group) - len(scores))):
+                    if value is not None:
+                        v = value.value if isinstance(value, Score) else float(value)
+                        t.reward_components[f"judge.{plugin}"] = v
+        for t in group:
+            self._compose(t)
+
+    async def _score_one(self, traj: Trajectory, sample: Sample, ctx: ScoreContext) -> None:
+        if traj.stop_reason == "error":
+            traj.reward_error = f"rollout failed: {traj.error}"
+            return
+        verification = await self._guard(
+            call_first(self.runtime.impls("verify_tool", traj.env), sample=sample, ctx=ctx), "verify_tool"
+        )
+        if isinstance(verification, str):
+            traj.reward_error = verification
+            return
+        if isinstance(verification, Verification):
+            traj.reward_components["verified"] = float(verification.passed)
+        score = await self._guard(
+            call_first(
+                self.runtime.impls("compute_score", traj.env), sample=sample, verification=verification, ctx=ctx
+            ),
+            "compute_score",
+        )
+        if isinstance(score, str):
+            traj.reward_error = score
+        elif isinstance(score, Score):
+            traj.reward_components.update({k: float(v) for k, v in score.components.items()})
+            traj.reward_components["score"] = float(score.value)
+            traj.reward_error = score.error
+        elif score is not None:
+            traj.reward_components["score"] = float(score)
+
+    async def _guard(self, awaitable: Any, what: str) -> Any:
+        """The awaited value, or a string naming the failure (exception or timeout)."""
+        try:
+            return await asyncio.wait_for(awaitable, self.cfg.timeout_s)
+        except asyncio.TimeoutError:
+            return f"{what} timed out after {self.cfg.timeout_s:g} s"
+        except Exception as exc:  # a scorer's bug costs its sample's reward, not the step
+            return f"{what} failed: {type(exc).__name__}: {exc}"
+
+    def _compose(self, traj: Trajectory) -> None:
+        comps = traj.reward_components
+        judges = [v for k, v in comps.items() if k.startswith("judge.")]
+        if judges:
+            comps["judge"] = sum(judges) / len(judges)
+        if traj.reward_error is not None:
+            traj.reward = 0.0
+        elif self.cfg.weights:
+            traj.reward = sum(w * comps.get(k, 0.0) for k, w in self.cfg.weights.items())
+        else:
+            traj.reward = comps.get("score", comps.get("judge", 0.0))

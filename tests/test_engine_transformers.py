@@ -1,0 +1,216 @@
+"""TransformersEngine on a tiny random Qwen3: exactness against HF generate, batching, sampling, concurrency."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from rlfcore.engines.base import SamplingParams  # noqa: E402
+from rlfcore.engines.transformers import TransformersEngine  # noqa: E402
+
+PROMPTS = [[5, 17, 42], [7, 8, 9, 10, 11, 12, 13, 14, 15], [100], [3, 250, 31, 4, 1]]
+GREEDY = SamplingParams(temperature=0.0, max_tokens=12)
+
+
+def tiny_qwen3(seed: int = 0):
+    torch.manual_seed(seed)
+    config = transformers.Qwen3Config(
+        vocab_size=300,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        intermediate_size=64,
+        max_position_embeddings=256,
+        tie_word_embeddings=False,
+    )
+    model = transformers.Qwen3ForCausalLM(config).float()
+    with torch.no_grad():  # sharper logits than the default init: fewer near-ties, more varied argmaxes
+        model.lm_head.weight.mul_(25)
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def model():
+    return tiny_qwen3()
+
+
+def hf_greedy(model, prompt: list[int], n: int) -> list[int]:
+    ids = torch.tensor([prompt])
+    out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=n, min_new_tokens=n,
+                         pad_token_id=0, eos_token_id=None)
+    return out[0, len(prompt):].tolist()
+
+
+def forward_logp(model, prompt: list[int], generated: list[int], temperature: float = 1.0) -> list[float]:
+    """The logprob of each generated token from one plain forward pass over prompt + generated."""
+    ids = torch.tensor([prompt + generated])
+    with torch.no_grad():
+        logits = model(ids).logits[0].float()
+    logp = torch.log_softmax(logits / temperature, dim=-1)
+    return [logp[len(prompt) - 1 + i, t].item() for i, t in enumerate(generated)]
+
+
+async def test_greedy_matches_hf_generate_alone_and_batched(model):
+    expected = [hf_greedy(model, p, GREEDY.max_tokens) for p in PROMPTS]
+    assert len({tuple(e) for e in expected}) == len(expected)  # the prompts really lead to different texts
+    engine = TransformersEngine(model, max_batch_size=8)
+    for prompt, want in zip(PROMPTS, expected):
+        gen = await engine.generate(prompt, GREEDY)
+        assert gen.token_ids == want and gen.finish_reason == "length"
+    before = engine.stats.batches
+    batched = await asyncio.gather(*(engine.generate(p, GREEDY) for p in PROMPTS))
+    assert engine.stats.batches == before + 1  # all four ran left-padded in one batch
+    assert [g.token_ids for g in batched] == expected
+    await engine.close()
+
+
+async def test_greedy_logprobs_equal_a_plain_forward_pass(model):
+    engine = TransformersEngine(model)
+    gens = await asyncio.gather(*(engine.generate(p, GREEDY) for p in PROMPTS))
+    for prompt, gen in zip(PROMPTS, gens):
+        assert gen.logprobs == pytest.approx(forward_logp(model, prompt, gen.token_ids), abs=1e-4)
+        assert all(lp < 0 for lp in gen.logprobs)
+
+
+async def test_sampled_logprobs_are_at_temperature_before_filtering(model):
+    engine = TransformersEngine(model)
+    hot = SamplingParams(temperature=0.7, max_tokens=10, seed=3)
+    gen = await engine.generate(PROMPTS[0], hot)
+    assert gen.logprobs == pytest.approx(forward_logp(model, PROMPTS[0], gen.token_ids, 0.7), abs=1e-4)
+    # top_k=1 always takes the argmax, yet the reported logprob is the unfiltered one (not 0).
+    topk1 = await engine.generate(PROMPTS[1], SamplingParams(temperature=1.0, top_k=1, max_tokens=10))
+    assert topk1.token_ids == hf_greedy(model, PROMPTS[1], 10)
+    assert topk1.logprobs == pytest.approx(forward_logp(model, PROMPTS[1], topk1.token_ids), abs=1e-4)
+    assert max(topk1.logprobs) < -1e-3
+    tiny_p = await engine.generate(PROMPTS[2], SamplingParams(temperature=1.0, top_p=1e-6, max_tokens=10))
+    assert tiny_p.token_ids == hf_greedy(model, PROMPTS[2], 10)
+
+
+async def test_stop_token_ends_generation_and_is_included(model):
+    free = hf_greedy(model, PROMPTS[1], 12)
+    stop = free[4]
+    first = free.index(stop)
+    engine = TransformersEngine(model)
+    stopped, other = await asyncio.gather(
+        engine.generate(PROMPTS[1], SamplingParams(temperature=0.0, max_tokens=12, stop_token_ids=[299, stop])),
+        engine.generate(PROMPTS[0], GREEDY),  # shares the batch and keeps going after the first row is dropped
+    )
+    assert stopped.finish_reason == "stop"
+    assert stopped.token_ids == free[: first + 1] and stopped.token_ids[-1] == stop
+    assert len(stopped.logprobs) == len(stopped.token_ids)
+    assert other.token_ids == hf_greedy(model, PROMPTS[0], 12) and other.finish_reason == "length"
+
+
+async def test_max_tokens_per_request_gives_length(model):
+    engine = TransformersEngine(model)
+    gens = await asyncio.gather(
+        *(engine.generate(PROMPTS[0], SamplingParams(temperature=0.0, max_tokens=n)) for n in (1, 3, 7))
+    )
+    assert [len(g.token_ids) for g in gens] == [1, 3, 7]
+    assert all(g.finish_reason == "length" and len(g.logprobs) == len(g.token_ids) for g in gens)
+    assert gens[2].token_ids[:3] == gens[1].token_ids
+
+
+async def test_concurrent_calls_are_batched_up_to_the_limit(model):
+    engine = TransformersEngine(model, max_batch_size=2)
+    gens = await asyncio.gather(*(engine.generate(PROMPTS[i % 4], GREEDY) for i in range(5)))
+    assert len(gens) == 5
+    assert engine.stats.batches == 3 and engine.stats.requests == 5
+    assert engine.stats.generated_tokens == 5 * GREEDY.max_tokens
+    # First pass over the prompts, then one pass per further token: 3 batches x 12 passes.
+    assert engine.stats.forward_passes == 3 * GREEDY.max_tokens
+
+
+async def test_seeded_sampling_is_reproducible_whatever_the_batch(model):
+    engine = TransformersEngine(model)
+    params = SamplingParams(temperature=1.0, top_p=0.9, top_k=50, max_tokens=16, seed=1234)
+    alone = await engine.generate(PROMPTS[0], params)
+    again = await engine.generate(PROMPTS[0], params)
+    batched, *_ = await asyncio.gather(
+        engine.generate(PROMPTS[0], params),
+        *(engine.generate(p, SamplingParams(temperature=1.0, max_tokens=16)) for p in PROMPTS[1:]),
+    )
+    other_seed = await engine.generate(PROMPTS[0], SamplingParams(temperature=1.0, top_p=0.9, top_k=50, max_tokens=16, seed=99))
+    assert alone.token_ids == again.token_ids == batched.token_ids
+    assert alone.logprobs == pytest.approx(batched.logprobs, abs=1e-4)
+    assert other_seed.token_ids != alone.token_ids
+    assert alone.token_ids != hf_greedy(model, PROMPTS[0], 16)  # it really sampled
+
+
+async def test_event_loop_keeps_running_during_generation(model):
+    engine = TransformersEngine(model)
+    ticks = 0
+    seen: list[int] = []  # the tick count at each forward pass, read from the worker thread
+    handle = model.register_forward_hook(lambda *_: seen.append(ticks))
+
+    async def ticker():
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0.001)
+
+    task = asyncio.create_task(ticker())
+    try:
+        await asyncio.gather(*(engine.generate(p, SamplingParams(temperature=0.0, max_tokens=40)) for p in PROMPTS))
+    finally:
+        task.cancel()
+        handle.remove()
+    assert len(seen) == 40
+    assert seen[-1] > seen[0]  # the ticker advanced between the first and the last forward pass
+
+
+async def test_generates_from_current_weights_in_eval_mode_and_restores_training(model):
+    trained = tiny_qwen3(seed=1)
+    trained.train()
+    trained.model.layers[0].eval()  # a submodule frozen in eval mode by the trainer stays so
+    modes: list[bool] = []
+    handle = trained.register_forward_hook(lambda module, *_: modes.append(module.training))
+    engine = TransformersEngine(trained)
+    before = await engine.generate(PROMPTS[0], GREEDY)
+    params = list(trained.parameters())
+    trained.load_state_dict(model.state_dict())  # copies into the same tensors, as a weight sync does
+    assert all(a is b for a, b in zip(params, trained.parameters()))
+    after = await engine.generate(PROMPTS[0], GREEDY)
+    handle.remove()
+    want = hf_greedy(model, PROMPTS[0], GREEDY.max_tokens)
+    assert before.token_ids != want and after.token_ids == want
+    assert modes and not any(modes)
+    assert trained.training and trained.model.layers[1].training and not trained.model.layers[0].training
+    assert engine.model is trained
+
+
+async def test_from_pretrained_loads_a_saved_folder(model, tmp_path):
+    model.save_pretrained(tmp_path)
+    engine = TransformersEngine.from_pretrained(str(tmp_path), device="cpu", dtype="float32", max_batch_size=4)
+    assert engine.device.type == "cpu" and engine.max_batch_size == 4
+    gen = await engine.generate(PROMPTS[3], GREEDY)
+    assert gen.token_ids == hf_greedy(model, PROMPTS[3], GREEDY.max_tokens)
+
+
+async def test_bad_requests_fail_clearly_and_close_fails_waiters(model):
+    engine = TransformersEngine(model)
+    with pytest.raises(ValueError, match="prompt is empty"):
+        await engine.generate([], GREEDY, request_id="t1")
+    with pytest.raises(ValueError, match="max_tokens"):
+        await engine.generate([1], SamplingParams(max_tokens=0))
+    engine.batch_wait_s = 0.5
+    pending = asyncio.ensure_future(engine.generate([1, 2], GREEDY))
+    await asyncio.sleep(0)  # queued; the worker is waiting for company
+    await engine.close()
+    with pytest.raises(RuntimeError, match="closed before this request ran"):
+        await pending
+
+
+def test_one_engine_serves_successive_event_loops(model):
+    """A trainer may run each rollout under its own asyncio.run; the engine follows the new loop."""
+    engine = TransformersEngine(model)
+    first = asyncio.run(engine.generate(PROMPTS[0], GREEDY))
+    second = asyncio.run(engine.generate(PROMPTS[0], GREEDY))
+    assert first.token_ids == second.token_ids == hf_greedy(model, PROMPTS[0], GREEDY.max_tokens)
+    assert engine.stats.batches == 2

@@ -1,0 +1,232 @@
+"""The multi-turn loop with a real tokenizer (bytes + Qwen-style template) and a scripted policy.
+
+The scripted engine stands in for a model: these tests are about tokens, masks, routing and timing,
+which do not depend on what a model would say. The same loop runs a real model in test_eval.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+from rlfcore import Score, hookimpl
+from rlfcore.chat import ByteChatTokenizer
+from rlfcore.data import normalize_row
+from rlfcore.engines.base import Engine, Generation, SamplingParams
+from rlfcore.engines.scripted import ScriptedEngine
+from rlfcore.loop import Rollout
+from rlfcore.testing import make_runtime, rollout
+from rlfcore.tools import tool
+
+
+def call(name: str, **args) -> str:
+    """A call written exactly as the chat template renders one, so a full rendering can match it."""
+    return f'<tool_call>\n{{"name": "{name}", "arguments": {json.dumps(args)}}}\n</tool_call>'
+
+
+class Calculator:
+    """An environment plugin with fast, slow and failing tools."""
+
+    @hookimpl
+    def register_tools(self, ctx):
+        @tool
+        def add(a: int, b: int) -> int:
+            """Add two integers."""
+            return a + b
+
+        @tool
+        async def slow(seconds: float) -> str:
+            """Wait, then answer."""
+            await asyncio.sleep(seconds)
+            return "done"
+
+        @tool
+        def boom() -> str:
+            """Always fails."""
+            raise RuntimeError("the tool broke")
+
+        return [add, slow, boom]
+
+    @hookimpl
+    def compute_score(self, sample):
+        return Score(value=float(sample.response == str(sample.ground_truth)), components={"exact": 1.0})
+
+
+CONFIG = {"plugins": ["calc"], "tools": {"timeout_s": 0.3}}
+
+
+def test_mask_covers_exactly_the_generated_tokens_over_three_turns_with_parallel_calls():
+    script = {
+        "q": [
+            "Let me add." + "\n" + call("add", a=1, b=2) + "\n" + call("add", a=3, b=4),
+            call("add", a=3, b=7),
+            "10",
+        ]
+    }
+    [t] = rollout(CONFIG, [{"id": "q", "prompt": "What is 1+2+3+4?", "ground_truth": "10"}], script, {"calc": Calculator()})
+    tok = ByteChatTokenizer()
+    assert t.stop_reason == "answer" and t.num_turns == 3 and t.tool_calls == 3 and t.tool_errors == 0
+    generated = [i for i, m in zip(t.response_ids, t.response_mask) if m == 1]
+    eos = tok.eos_token_ids[0]
+    assert generated == sum((tok.encode(text) + [eos] for text in script["q"]), [])
+    # the masked-out tokens are exactly the observations: tool results and the next generation prompt
+    observed = tok.decode([i for i, m in zip(t.response_ids, t.response_mask) if m == 0])
+    assert observed.count("<tool_response>") == 3 and "\n3\n" in observed and "\n7\n" in observed
+    assert observed.count("<|im_start|>assistant\n") == 2
+    assert len(t.logprobs) == len(t.response_ids)
+    # token-exact: a full rendering of the messages reproduces the sequence, and the check says so
+    assert t.template_mismatch is None
+    full = tok.encode(tok.render(t.messages, [x.schema() for x in _tools()], add_generation_prompt=False))
+    assert full[: len(t.prompt_ids) + len(t.response_ids)] == t.prompt_ids + t.response_ids
+    # the messages are OpenAI chat format with the calls and results
+    assert [m["role"] for m in t.messages] == ["user", "assistant", "tool", "tool", "assistant", "tool", "assistant"]
+    assert t.messages[1]["content"] == "Let me add."
+    assert json.loads(t.messages[1]["tool_calls"][1]["function"]["arguments"]) == {"a": 3, "b": 4}
+    assert t.reward == 1.0 and t.reward_components["exact"] == 1.0
+
+
+def _tools():
+    from rlfcore.context import SetupContext
+
+    return Calculator().register_tools(SetupContext(plugin="calc"))
+
+
+class UserReplies:
+    """An environment that answers as the user (a game, a simulated customer)."""
+
+    @hookimpl
+    def register_tools(self, ctx):
+        return [_tools()[0]]
+
+    @hookimpl
+    def build_observation(self, results):
+        return [{"role": "user", "content": "result: " + r.content} for r in results]
+
+
+def test_a_template_that_drops_earlier_reasoning_is_reported_and_the_sequence_keeps_what_the_model_saw():
+    script = {"q": ["<think>plan A</think>\n" + call("add", a=2, b=2), "<think>so 4</think>\n4"]}
+    [t] = rollout({"plugins": ["env"]}, [{"id": "q", "prompt": "2+2?"}], script, {"env": UserReplies()})
+    tok = ByteChatTokenizer()
+    assert t.stop_reason == "answer"
+    # the model saw its own first reasoning when it wrote the second turn: it stays in the sequence
+    assert "plan A" in tok.decode(t.response_ids)
+    # Qwen3-style templates drop reasoning before the last user turn: the check points at it
+    assert t.template_mismatch is not None and "plan A" in t.template_mismatch
+    generated = tok.decode([i for i, m in zip(t.response_ids, t.response_mask) if m == 1])
+    assert generated == "<think>plan A</think>\n" + call("add", a=2, b=2) + "<|im_end|><think>so 4</think>\n4<|im_end|>"
+
+
+def test_failures_become_observations_and_metrics():
+    script = {"q": [call("slow", seconds=2.0) + call("boom") + call("nope") + "<tool_call>{bad json</tool_call>" + call("add", a="x", b=1), "ok"]}
+    [t] = rollout(CONFIG, [{"id": "q", "prompt": "go"}], script, {"calc": Calculator()})
+    tool_msgs = [m["content"] for m in t.messages if m["role"] == "tool"]
+    assert len(tool_msgs) == 5 and t.tool_errors == 5
+    assert t.tool_error_kinds == {"timeout": 1, "exception": 1, "unknown_tool": 1, "malformed": 1, "schema": 1}
+    assert "timed out" in tool_msgs[0] and "the tool broke" in tool_msgs[1]
+    assert t.stop_reason == "answer" and t.error is None
+
+
+def test_stop_reasons_and_explicit_truncation():
+    rows = [{"id": "a", "prompt": "x"}, {"id": "b", "prompt": "x"}, {"id": "c", "prompt": "x"}]
+    script = {"a": [call("add", a=1, b=1)] * 10, "b": ["plain answer"], "c": ["y" * 500]}
+    cfg = {**CONFIG, "rollout": {"max_turns": 3, "sampling": {"max_tokens": 200}}}
+    a, b, c = rollout(cfg, rows, script, {"calc": Calculator()})
+    assert a.stop_reason == "max_turns" and a.num_turns == 3 and a.tool_calls == 2
+    assert b.stop_reason == "no_tool_call" and not b.truncated
+    assert c.stop_reason == "max_response_tokens" and c.truncated and sum(c.response_mask) == 200
+    [d] = rollout({**CONFIG, "rollout": {"max_total_tokens": 50}}, [{"id": "d", "prompt": "long " * 50}], {"d": ["x"]}, {"calc": Calculator()})
+    assert d.stop_reason == "max_total_tokens" and d.truncated and d.response_ids == []
+    assert "prompt has" in d.error  # the prompt (and its system message) is never cut silently
+
+
+def test_system_prompt_is_added_and_rows_in_verl_layout_are_accepted():
+    row = {
+        "prompt": [{"role": "user", "content": "hi"}],
+        "data_source": "calc",
+        "reward_model": {"ground_truth": "hello"},
+        "extra_info": {"index": 7},
+    }
+    [t] = rollout({**CONFIG, "rollout": {"system_prompt": "Be brief."}}, [row], {"7": ["hello"]}, {"calc": Calculator()})
+    assert t.row_id == "7" and t.env == "calc" and t.messages[0] == {"role": "system", "content": "Be brief."}
+    assert t.reward == 1.0
+
+
+class Other:
+    @hookimpl
+    def register_tools(self, ctx):
+        @tool
+        def lookup(key: str) -> str:
+            """Look a key up."""
+            return key.upper()
+
+        return [lookup]
+
+    @hookimpl
+    def compute_score(self, sample):
+        return 0.25
+
+
+def test_per_sample_routing_tools_and_rewards():
+    plugins = {"calc": Calculator(), "other": Other()}
+    rows = [{"id": "r1", "env": "calc", "prompt": "p", "ground_truth": "5"}, {"id": "r2", "env": "other", "prompt": "p"}]
+    script = {"r1": [call("lookup", key="k"), "5"], "r2": [call("lookup", key="k"), "K"]}
+    r1, r2 = rollout({"plugins": ["calc", "other"]}, rows, script, plugins)
+    tok = ByteChatTokenizer()
+    assert '"add"' in tok.decode(r1.prompt_ids) and '"lookup"' not in tok.decode(r1.prompt_ids)
+    assert '"lookup"' in tok.decode(r2.prompt_ids) and '"add"' not in tok.decode(r2.prompt_ids)
+    assert r1.tool_error_kinds == {"unknown_tool": 1} and r2.tool_errors == 0
+    assert r1.reward == 1.0 and r2.reward == 0.25
+
+
+class Broken(Engine):
+    async def generate(self, prompt_ids, params, request_id=""):
+        if request_id.startswith("bad"):
+            raise ConnectionError("server went away")
+        return Generation(token_ids=ByteChatTokenizer().encode("fine") + [ByteChatTokenizer().eos_token_ids[0]], logprobs=None, finish_reason="stop")
+
+
+def test_an_engine_failure_ends_one_trajectory_only():
+    runtime = make_runtime(CONFIG, {"calc": Calculator()})
+    tok = ByteChatTokenizer()
+    rows = [normalize_row({"id": "bad", "prompt": "x"}), normalize_row({"id": "good", "prompt": "x"})]
+    bad, good = asyncio.run(Rollout(runtime, Broken(), tok).run(rows))
+    assert bad.stop_reason == "error" and "server went away" in bad.error
+    assert good.stop_reason == "no_tool_call" and good.response == "fine"
+
+
+def test_a_slow_tool_does_not_hold_up_other_trajectories():
+    runtime = make_runtime(CONFIG | {"tools": {"timeout_s": 5}}, {"calc": Calculator()})
+    tok = ByteChatTokenizer()
+    script = {"slow": [call("slow", seconds=1.0), "ok"], "fast": [call("add", a=1, b=1)] * 3 + ["2"]}
+    engine = ScriptedEngine(tok, script, latency_s=0.02)
+    done: dict[str, float] = {}
+    t0 = time.perf_counter()
+    rows = [normalize_row({"id": "slow", "prompt": "x"}), normalize_row({"id": "fast", "prompt": "x"})]
+    asyncio.run(Rollout(runtime, engine, tok).run(rows, on_done=lambda t: done.setdefault(t.row_id, time.perf_counter() - t0)))
+    assert done["fast"] < 0.6 < 1.0 <= done["slow"]
+
+
+def test_parallel_calls_of_one_turn_run_concurrently():
+    runtime = make_runtime(CONFIG | {"tools": {"timeout_s": 5}, "rollout": {"sampling": {"max_tokens": 1024}}}, {"calc": Calculator()})
+    tok = ByteChatTokenizer()
+    engine = ScriptedEngine(tok, {"q": ["".join(call("slow", seconds=0.2) for _ in range(8)), "ok"]})
+    [t] = asyncio.run(Rollout(runtime, engine, tok).run([normalize_row({"id": "q", "prompt": "x"})]))
+    assert t.tool_calls == 8 and t.tool_errors == 0
+    assert t.tools_s < 0.2 * 8 / 2  # about 0.2 s, generously bounded well below serial time (1.6 s)
+
+
+def test_engine_sees_the_configured_sampling_parameters_every_turn():
+    seen: list[SamplingParams] = []
+
+    class Recorder(ScriptedEngine):
+        async def generate(self, prompt_ids, params, request_id=""):
+            seen.append(params)
+            return await super().generate(prompt_ids, params, request_id)
+
+    runtime = make_runtime(CONFIG | {"rollout": {"sampling": {"temperature": 0.7, "top_p": 0.9, "max_tokens": 64}}}, {"calc": Calculator()})
+    tok = ByteChatTokenizer()
+    engine = Recorder(tok, {"q": [call("add", a=1, b=2), call("add", a=1, b=2), "3"]})
+    asyncio.run(Rollout(runtime, engine, tok).run([normalize_row({"id": "q", "prompt": "x"})]))
+    assert len(seen) == 3 and all(p.temperature == 0.7 and p.top_p == 0.9 and p.max_tokens == 64 for p in seen)
+    assert all(tok.eos_token_ids[0] in p.stop_token_ids for p in seen)
