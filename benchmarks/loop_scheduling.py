@@ -8,7 +8,8 @@ policy below sees the same latencies:
 - ``rlf loop``: the real :class:`~rlfcore.loop.Rollout` with a plugin registering a sync ``sleep`` tool,
   the built-in executor, a :class:`~rlfcore.engines.scripted.ScriptedEngine` and the byte tokenizer.
   ``rollout.concurrency`` = trajectories and ``tools.max_concurrency`` = trajectories × calls, so
-  neither limit ever makes a call wait: the loop's own scheduling is what is measured.
+  neither limit ever makes a call wait: the loop's own scheduling is what is measured. Measured again
+  with an async ``sleep`` tool, which the executor awaits instead of running in a thread.
 - ``ideal bound``: each trajectory needs at least the sum over turns of the generation latency and its
   slowest call that turn; the bound is the maximum over trajectories.
 - ``batch-synchronous`` (RL-Factory's scheduling): each turn one batched generate for all trajectories,
@@ -54,17 +55,26 @@ Latencies = list[list[list[float]]]
 
 
 class SleepTools:
-    """The benchmark's plugin: one sync tool that sleeps as long as the call asks."""
+    """The benchmark's plugin: one tool, sync (run in a thread) or async, that sleeps as long as asked."""
+
+    def __init__(self, use_async: bool):
+        self.use_async = use_async
 
     @hookimpl
     def register_tools(self, ctx: Any) -> list[Any]:
-        @tool
-        def sleep(seconds: float) -> str:
+        @tool(name="sleep")
+        def sync_sleep(seconds: float) -> str:
             """Wait ``seconds``, like a call to a slow service."""
             time.sleep(seconds)
             return "ok"
 
-        return [sleep]
+        @tool(name="sleep")
+        async def async_sleep(seconds: float) -> str:
+            """Wait ``seconds``, like a call to a slow service."""
+            await asyncio.sleep(seconds)
+            return "ok"
+
+        return [async_sleep if self.use_async else sync_sleep]
 
 
 def draw_latencies(trajectories: int, turns: int, calls: int, seed: int) -> Latencies:
@@ -76,6 +86,7 @@ def draw_latencies(trajectories: int, turns: int, calls: int, seed: int) -> Late
 
 
 def percentiles(values: list[float]) -> dict[str, float]:
+    """Nearest-rank p50/p90/p99, the maximum and the mean."""
     ordered = sorted(values)
 
     def rank(q: float) -> float:
@@ -103,12 +114,12 @@ def _call_text(seconds: float) -> str:
     return '<tool_call>\n{"name": "sleep", "arguments": ' + json.dumps({"seconds": seconds}) + "}\n</tool_call>"
 
 
-def rlf_loop(latencies: Latencies, turns: int, gen_latency: float) -> dict[str, Any]:
+def rlf_loop(latencies: Latencies, turns: int, gen_latency: float, use_async: bool = False) -> dict[str, Any]:
     """Wall and CPU time of the real loop over ``latencies``; raises if any trajectory went wrong."""
-    trajectories, calls = len(latencies), len(latencies[0][0]) if turns > 1 else 0
+    trajectories, calls = len(latencies), len(latencies[0][0])
     scripts = {f"t{i}": ["".join(_call_text(s) for s in turn) for turn in traj] + ["done"] for i, traj in enumerate(latencies)}
     longest = max(len(text.encode()) for script in scripts.values() for text in script)
-    slowest = max((s for traj in latencies for turn in traj for s in turn), default=0.0)
+    slowest = max(s for traj in latencies for turn in traj for s in turn)
     config = {
         "plugins": ["bench"],
         "rollout": {
@@ -118,9 +129,9 @@ def rlf_loop(latencies: Latencies, turns: int, gen_latency: float) -> dict[str, 
             "max_total_tokens": 1 << 24,
             "sampling": {"max_tokens": longest + 16},
         },
-        "tools": {"max_concurrency": max(1, trajectories * calls), "timeout_s": slowest + 60.0},
+        "tools": {"max_concurrency": trajectories * calls, "timeout_s": slowest + 60.0},
     }
-    runtime = make_runtime(config, {"bench": SleepTools()})
+    runtime = make_runtime(config, {"bench": SleepTools(use_async)})
     tokenizer = ByteChatTokenizer()
     loop = Rollout(runtime, ScriptedEngine(tokenizer, scripts, latency_s=gen_latency), tokenizer)
     rows = [normalize_row({"id": row_id, "prompt": "Wait as told, then say done."}) for row_id in scripts]
@@ -147,10 +158,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     latencies = draw_latencies(args.trajectories, args.turns, args.calls, args.seed)
     drawn = [s for traj in latencies for turn in traj for s in turn]
     ideal = ideal_bound(latencies, args.turns, args.gen_latency)
+    zero = [[[0.0] * args.calls for _ in range(args.turns - 1)] for _ in range(args.trajectories)]
+    rlf_loop(zero[:2], args.turns, 0.0)  # warm-up: template compilation and first-call costs are paid once per process
     rlf = rlf_loop(latencies, args.turns, args.gen_latency)
+    rlf_async = rlf_loop(latencies, args.turns, args.gen_latency, use_async=True)
     batch = batch_sync(latencies, args.turns, args.gen_latency)
     verl_s, verl_reason = verl_tool_agent_loop()
-    zero = [[[0.0] * args.calls for _ in range(args.turns - 1)] for _ in range(args.trajectories)]
     cost = rlf_loop(zero, args.turns, 0.0)
     return {
         "config": {
@@ -162,11 +175,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "seed": args.seed,
             "tool_latency_model": {"kind": "lognormal", "median_s": TOOL_MEDIAN_S, "p99_s": TOOL_P99_S},
             "rollout_concurrency": args.trajectories,
-            "tools_max_concurrency": max(1, args.trajectories * args.calls),
+            "tools_max_concurrency": args.trajectories * args.calls,
             "batch_sync_threads": BATCH_SYNC_THREADS,
         },
-        "tool_latency_s": percentiles(drawn) if drawn else None,
+        "tool_latency_s": percentiles(drawn),
         "rlf_loop_s": rlf["wall_s"],
+        "rlf_loop_async_tool_s": rlf_async["wall_s"],
         "ideal_bound_s": ideal,
         "batch_sync_s": batch,
         "verl_tool_agent_loop": verl_s,
@@ -176,33 +190,30 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "turns": cost["turns"],
             "wall_s": cost["wall_s"],
             "cpu_s": cost["cpu_s"],
-            "cpu_per_tool_call_s": cost["cpu_s"] / cost["tool_calls"] if cost["tool_calls"] else None,
+            "cpu_per_tool_call_s": cost["cpu_s"] / cost["tool_calls"],
             "cpu_per_turn_s": cost["cpu_s"] / cost["turns"],
         },
         "ratios": {
             "rlf_over_ideal": rlf["wall_s"] / ideal,
             "rlf_over_ideal_target": TARGET_RLF_OVER_IDEAL,
+            "rlf_async_tool_over_ideal": rlf_async["wall_s"] / ideal,
             "batch_sync_over_rlf": batch / rlf["wall_s"],
         },
     }
 
 
 def table(result: dict[str, Any]) -> str:
-    c, cpu, r = result["config"], result["framework_cpu"], result["ratios"]
+    c, cpu, r, lat = result["config"], result["framework_cpu"], result["ratios"], result["tool_latency_s"]
     lines = [
         f"{c['trajectories']} trajectories x {c['turns']} turns ({c['tool_turns']} with {c['calls_per_turn']} calls), "
         f"generation {c['gen_latency_s'] * 1000:g} ms, seed {c['seed']}",
+        "tool latency (drawn): " + ", ".join(f"{k} {lat[k] * 1000:.1f} ms" for k in ("p50", "p90", "p99", "max", "mean")),
     ]
-    if result["tool_latency_s"]:
-        lat = result["tool_latency_s"]
-        lines.append(
-            "tool latency (drawn): "
-            + ", ".join(f"{k} {lat[k] * 1000:.1f} ms" for k in ("p50", "p90", "p99", "max", "mean"))
-        )
     verl = result["verl_tool_agent_loop"]
     rows = [
         ("ideal bound", f"{result['ideal_bound_s']:.3f} s", "1.00"),
         ("rlf loop", f"{result['rlf_loop_s']:.3f} s", f"{r['rlf_over_ideal']:.2f}"),
+        ("rlf loop, async tool", f"{result['rlf_loop_async_tool_s']:.3f} s", f"{r['rlf_async_tool_over_ideal']:.2f}"),
         ("batch-synchronous", f"{result['batch_sync_s']:.3f} s", f"{result['batch_sync_s'] / result['ideal_bound_s']:.2f}"),
         ("verl ToolAgentLoop", "-" if verl is None else f"{verl:.3f} s", "-" if verl is None else f"{verl / result['ideal_bound_s']:.2f}"),
     ]
@@ -216,9 +227,8 @@ def table(result: dict[str, Any]) -> str:
         f"batch-sync / rlf = {r['batch_sync_over_rlf']:.2f}",
         f"framework CPU (zero latency): {cpu['tool_calls']} calls, {cpu['turns']} turns, wall {cpu['wall_s']:.3f} s, "
         f"CPU {cpu['cpu_s']:.3f} s",
+        f"  {cpu['cpu_per_tool_call_s'] * 1e3:.3f} ms CPU per tool call, {cpu['cpu_per_turn_s'] * 1e3:.3f} ms per turn",
     ]
-    if cpu["cpu_per_tool_call_s"] is not None:
-        lines.append(f"  {cpu['cpu_per_tool_call_s'] * 1e3:.3f} ms CPU per tool call, {cpu['cpu_per_turn_s'] * 1e3:.3f} ms per turn")
     return "\n".join(lines)
 
 

@@ -30,18 +30,16 @@ SPECIAL_TOKENS: tuple[str, ...] = (
 
 END_OF_TURN = "<|im_end|>"
 
-# Our own Qwen3-style template: tools listed in the system turn, calls as <tool_call>{json}</tool_call>,
+# Our own Qwen3-style templates: tools listed in the system turn, calls as <tool_call>{json}</tool_call>,
 # consecutive tool results grouped in one user turn, and the reasoning (<think>...</think>) of
 # assistant turns before the last user message dropped, as Qwen3's own template does.
-QWEN3_TEMPLATE = r"""
+_TEMPLATE = r"""
 {%- set ns = namespace(last_user=-1) -%}
 {%- for m in messages -%}{%- if m.role == 'user' -%}{%- set ns.last_user = loop.index0 -%}{%- endif -%}{%- endfor -%}
 {%- if tools -%}
 {{- '<|im_start|>system\n' -}}
 {%- if messages and messages[0].role == 'system' -%}{{- messages[0].content + '\n\n' -}}{%- endif -%}
-{{- '# Tools\nYou may call these functions:\n<tools>\n' -}}
-{%- for t in tools -%}{{- t | tojson -}}{{- '\n' -}}{%- endfor -%}
-{{- '</tools>\nTo call one, write <tool_call>{"name": NAME, "arguments": {...}}</tool_call>.<|im_end|>\n' -}}
+@@TOOLS@@
 {%- elif messages and messages[0].role == 'system' -%}
 {{- '<|im_start|>system\n' + messages[0].content + '<|im_end|>\n' -}}
 {%- endif -%}
@@ -67,6 +65,25 @@ QWEN3_TEMPLATE = r"""
 {%- endfor -%}
 {%- if add_generation_prompt -%}{{- '<|im_start|>assistant\n' -}}{%- endif -%}
 """
+
+_FULL_TOOLS = r"""
+{{- '# Tools\nYou may call these functions:\n<tools>\n' -}}
+{%- for t in tools -%}{{- t | tojson -}}{{- '\n' -}}{%- endfor -%}
+{{- '</tools>\nTo call one, write <tool_call>{"name": NAME, "arguments": {...}}</tool_call>.<|im_end|>\n' -}}
+""".strip()
+
+_COMPACT_TOOLS = r"""
+{{- 'Tools:\n' -}}
+{%- for t in tools -%}{%- set f = t.function if t.function is defined else t -%}
+{{- '- ' + f.name + '(' + ((f.parameters.properties or {}) | list | join(', ')) + '): ' + (f.description or '') + '\n' -}}
+{%- endfor -%}
+{{- 'Call: <tool_call>{"name": NAME, "arguments": {...}}</tool_call><|im_end|>\n' -}}
+""".strip()
+
+QWEN3_TEMPLATE = _TEMPLATE.replace("@@TOOLS@@", _FULL_TOOLS)
+"""Tools as full JSON schemas, as Qwen3's template lists them."""
+COMPACT_TEMPLATE = _TEMPLATE.replace("@@TOOLS@@", _COMPACT_TOOLS)
+"""Tools as one line each, ``- name(arg, ...): description``: a third of the tokens, for tiny models."""
 
 
 class ChatTokenizer(Protocol):

@@ -22,10 +22,26 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class ModelInit(_Section):
+    texts: list[str] = Field(
+        default_factory=list, description="JSONL files whose prompts, answers and messages train the tokenizer."
+    )
+    vocab_size: int = Field(512, ge=265)
+    hidden_size: int = Field(64, ge=8)
+    num_layers: int = Field(2, ge=1)
+    num_heads: int = Field(4, ge=1)
+    num_kv_heads: int = Field(2, ge=1)
+    intermediate_size: int = Field(256, ge=8)
+    template: Literal["qwen3", "compact"] = Field(
+        "compact", description="Chat template: `compact` lists tools as one short line each (small models learn it faster)."
+    )
+
+
 class ModelConfig(_Section):
     path: str | None = Field(None, description="Local folder of a Hugging Face model (weights, tokenizer, chat template).")
     tokenizer: str | None = Field(None, description="Tokenizer folder, when it differs from `path`.")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    init: ModelInit | None = Field(None, description="Build a tiny model at `path` when the folder does not exist.")
 
 
 class DataConfig(_Section):
@@ -79,6 +95,36 @@ class RewardConfig(_Section):
     timeout_s: float = Field(60.0, gt=0, description="Per sample and scorer.")
 
 
+class SFTConfig(_Section):
+    data: str | None = Field(None, description="JSONL of conversations (`messages`); `rlf train` runs SFT first when set.")
+    steps: int = Field(0, ge=0)
+    lr: float = Field(1e-3, gt=0)
+    batch_size: int = Field(16, ge=1)
+    warmup_steps: int = Field(0, ge=0)
+
+
+class TrainerConfig(_Section):
+    backend: Literal["local", "verl"] = "local"
+    steps: int = Field(100, ge=0, description="GRPO steps.")
+    prompts_per_step: int = Field(8, ge=1, description="Dataset rows per step; each gets rollout.n samples.")
+    lr: float = Field(1e-4, gt=0)
+    lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
+    warmup_steps: int = Field(0, ge=0)
+    weight_decay: float = Field(0.0, ge=0)
+    max_grad_norm: float = Field(1.0, gt=0)
+    clip_ratio: float = Field(0.2, gt=0, description="PPO clip range below 1.")
+    clip_ratio_high: float | None = Field(None, gt=0, description="PPO clip range above 1 (default: clip_ratio).")
+    epochs_per_step: int = Field(1, ge=1, description="Passes over each step's batch.")
+    micro_batch_size: int = Field(16, ge=1, description="Sequences per forward pass; gradients accumulate.")
+    kl_coef: float = Field(0.0, ge=0, description="Weight of the KL penalty to the frozen initial model.")
+    loss_agg: Literal["token-mean", "seq-mean"] = "token-mean"
+    std_normalize: bool = Field(True, description="Divide advantages by the group's std (false: Dr. GRPO).")
+    bf16: bool = Field(True, description="bf16 autocast where the hardware has it (CUDA).")
+    device: str = Field("auto", description="cpu, cuda, or auto.")
+    checkpoint_every: int = Field(50, ge=1)
+    samples_per_step: int = Field(4, ge=0, description="Trajectories saved per step in samples/.")
+
+
 class RunConfig(_Section):
     """A run's settings. Plugin sections are kept apart, validated by each plugin's schema."""
 
@@ -91,6 +137,8 @@ class RunConfig(_Section):
     )
     seed: int = 0
     model: ModelConfig = Field(default_factory=ModelConfig)
+    sft: SFTConfig = Field(default_factory=SFTConfig)
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig)
     data: DataConfig = Field(default_factory=DataConfig)
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     tools: ToolsConfig = Field(default_factory=ToolsConfig)

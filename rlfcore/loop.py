@@ -2,7 +2,7 @@
 
 Each trajectory is one sequence of token ids: the rendered prompt, then turns of generated tokens
 (kept verbatim with their logprobs, loss mask 1) and observation tokens (loss mask 0). Observation
-tokens are the difference of two chat-template renderings, so history is never re-tokenised; a
+tokens come from :class:`~rlfcore.sequences.SequenceBuilder`, so history is never re-tokenised; a
 sanity check compares the finished sequence with a full rendering and records where the template
 breaks the prefix property (Qwen3's drops earlier ``<think>`` blocks). Trajectories run concurrently;
 a trajectory waiting on a tool never holds up another's generation.
@@ -23,6 +23,7 @@ from rlfcore.data import Row
 from rlfcore.engines.base import Engine, SamplingParams
 from rlfcore.hookcall import call_first
 from rlfcore.runtime import Runtime
+from rlfcore.sequences import SequenceBuilder
 from rlfcore.types import Message, ToolCall, ToolResult
 
 StopReason = Literal["answer", "no_tool_call", "max_turns", "max_total_tokens", "max_response_tokens", "error"]
@@ -81,7 +82,7 @@ class Rollout:
         self.engine = engine
         self.tok = tokenizer
         self.cfg = runtime.config.rollout
-        self._obs_base: tuple[list[Message], str] | None = None
+        self.seq = SequenceBuilder(tokenizer)
         self._gate: asyncio.Semaphore | None = None
 
     async def run(
@@ -132,7 +133,7 @@ class Rollout:
     async def _turns(self, traj: Trajectory, row: Row) -> None:
         tools = self.runtime.tools_for(traj.env)
         schemas = [t.schema() for t in tools.values()]
-        traj.prompt_ids = self.tok.encode(self.tok.render(traj.messages, schemas, add_generation_prompt=True))
+        traj.prompt_ids = self.seq.prompt_ids(traj.messages, schemas)
         if len(traj.prompt_ids) >= self.cfg.max_total_tokens:
             traj.stop_reason, traj.truncated = "max_total_tokens", True
             traj.error = f"prompt has {len(traj.prompt_ids)} tokens, rollout.max_total_tokens is {self.cfg.max_total_tokens}"
@@ -187,7 +188,7 @@ class Rollout:
                 return
             results = await self._invoke(calls, ctx, traj)
             observation = await call_first(self.runtime.impls("build_observation", traj.env), results=results, ctx=ctx)
-            obs_ids = self.observation_ids(observation or [], gen.token_ids[-1])
+            obs_ids = self.seq.observation_ids(observation or [], gen.token_ids[-1])
             if len(traj.response_ids) + len(obs_ids) > self.cfg.max_response_tokens:
                 traj.stop_reason, traj.truncated = "max_response_tokens", True
                 return
@@ -213,23 +214,6 @@ class Rollout:
                 traj.tool_errors += 1
                 traj.tool_error_kinds[r.error] = traj.tool_error_kinds.get(r.error, 0) + 1
         return results
-
-    def observation_ids(self, observation: list[Message], end_token: int) -> list[int]:
-        """Tokens between the end of a generated turn and the start of the next generation.
-
-        Rendered against a fixed two-message context, so they do not depend on (or re-tokenise) the
-        history: the text after the assistant's end-of-turn token, up to the next generation prompt.
-        """
-        if self._obs_base is None:
-            base: list[Message] = [{"role": "user", "content": "?"}, {"role": "assistant", "content": "."}]
-            self._obs_base = (base, self.tok.render(base, None, add_generation_prompt=False))
-        base, without = self._obs_base
-        end_text = self.tok.decode([end_token])
-        cut = without.rfind(end_text) + len(end_text) if end_text and end_text in without else len(without)
-        with_obs = self.tok.render(base + observation, None, add_generation_prompt=True)
-        if not with_obs.startswith(without[:cut]):
-            raise RuntimeError("the chat template renders earlier messages differently once tool results follow")
-        return self.tok.encode(with_obs[cut:])
 
     def check_template(self, traj: Trajectory) -> str | None:
         """Where the incremental sequence departs from a full rendering of the messages, or None."""

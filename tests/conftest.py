@@ -8,10 +8,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SHARED_DATA = ROOT.parent / "shared" / "data"
 
 
 def run_rlf(*args: str, site: Path | None = None, env: dict[str, str] | None = None, cwd: Path | None = None):
@@ -60,10 +58,3 @@ def write_dist(root: Path, name: str, module: str, code: str, ep_name: str | Non
         )
     )
     return dist
-
-
-@pytest.fixture
-def shared_data() -> Path:
-    if not SHARED_DATA.is_dir():
-        pytest.skip(f"shared data not found at {SHARED_DATA} (CI has it beside the checkout)")
-    return SHARED_DATA

@@ -66,7 +66,7 @@ def test_list_json_shows_installed_plugins_and_marks_the_broken_one(site):
     out = run_rlf("plugins", "list", "--json", site=site)
     assert out.returncode == 0, out.stderr
     plugins = {p["name"]: p for p in json.loads(out.stdout)}
-    assert set(plugins) == {"adder", "broken", "typo"}
+    assert {"adder", "broken", "typo"} <= set(plugins)  # besides any plugins installed in this environment
     adder = plugins["adder"]
     assert adder["version"] == "1.2.3" and adder["distribution"] == "rlf-adder" and adder["source"] == "entrypoint"
     assert adder["hooks"] == ["compute_score", "register_config_schema", "register_tools"]
@@ -161,7 +161,8 @@ def test_new_plugin_installs_and_passes_its_check_and_tests_unchanged(tmp_path):
     assert made.returncode == 0, made.stderr
     site = install(tmp_path / "rlf-greeter", tmp_path / "site")
     listed = json.loads(run_rlf("plugins", "list", "--json", site=site).stdout)
-    assert [p["name"] for p in listed] == ["greeter"] and listed[0]["tools"] == ["greet"]
+    [greeter] = [p for p in listed if p["name"] == "greeter"]
+    assert greeter["tools"] == ["greet"] and greeter["distribution"] == "rlf-greeter"
     check = run_rlf("plugins", "check", "greeter", site=site)
     assert check.returncode == 0, check.stdout
     import os

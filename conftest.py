@@ -1,0 +1,18 @@
+"""Fixtures for every test under the repository, the plugins' own tests included."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+SHARED_DATA = Path(os.environ.get("RLF_SHARED_DATA", Path(__file__).resolve().parent.parent / "shared" / "data"))
+
+
+@pytest.fixture
+def shared_data() -> Path:
+    """The real public datasets beside the checkout (``../shared/data``); skips when absent."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"shared data not found at {SHARED_DATA} (CI has it beside the checkout; or set RLF_SHARED_DATA)")
+    return SHARED_DATA

@@ -1,0 +1,1 @@
+"""rlf plugin ``deepsearch``: Search-R1-style search over a passage corpus, with QA rewards."""

@@ -1,0 +1,47 @@
+"""Smoke test of the benchmark scripts: they run at tiny sizes and write the figures they promise."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_loop_scheduling_runs_small_and_writes_its_figures(tmp_path):
+    out = tmp_path / "loop.json"
+    args = ["--trajectories", "8", "--turns", "2", "--calls", "3", "--gen-latency", "0.01", "--seed", "3", "--out", str(out)]
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "loop_scheduling.py"), *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "rlf loop" in proc.stdout and "batch-synchronous" in proc.stdout and "ideal bound" in proc.stdout
+    result = json.loads(out.read_text())
+    assert result["config"] | {"trajectories": 8, "turns": 2, "calls_per_turn": 3, "seed": 3} == result["config"]
+    assert result["config"]["gen_latency_s"] == 0.01
+    assert set(result["tool_latency_s"]) == {"p50", "p90", "p99", "max", "mean"}
+    assert 0 < result["tool_latency_s"]["p50"] <= result["tool_latency_s"]["p99"] <= result["tool_latency_s"]["max"]
+    ideal = result["ideal_bound_s"]
+    # nothing can beat the bound: every policy really sleeps through the same latencies
+    assert ideal >= 2 * 0.01 + result["tool_latency_s"]["max"] - 1e-9
+    for key in ("rlf_loop_s", "rlf_loop_async_tool_s", "batch_sync_s"):
+        assert result[key] >= 0.95 * ideal, key
+    assert result["verl_tool_agent_loop"] is None and "skipped" in result["verl_tool_agent_loop_reason"]
+    cpu = result["framework_cpu"]
+    assert cpu["tool_calls"] == 8 * 1 * 3 and cpu["turns"] == 8 * 2
+    assert cpu["cpu_s"] > 0 and cpu["cpu_per_tool_call_s"] == cpu["cpu_s"] / 24
+    ratios = result["ratios"]
+    assert ratios["rlf_over_ideal"] == result["rlf_loop_s"] / ideal
+    assert ratios["batch_sync_over_rlf"] == result["batch_sync_s"] / result["rlf_loop_s"]
+    assert ratios["rlf_over_ideal_target"] == 1.15
+
+
+def test_loop_scheduling_rejects_sizes_it_cannot_run():
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "loop_scheduling.py"), "--turns", "1"],
+        cwd=ROOT, capture_output=True, text=True, timeout=30,
+    )
+    assert proc.returncode == 2 and "--turns >= 2" in proc.stderr
