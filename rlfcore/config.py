@@ -8,6 +8,7 @@ path, the bad value and what was expected.
 from __future__ import annotations
 
 import difflib
+import typing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -79,7 +80,7 @@ class ToolsConfig(_Section):
 
 
 class EngineConfig(_Section):
-    name: str = Field("transformers", description="transformers, openai, scripted, or one a plugin registered.")
+    name: str = Field("transformers", description="transformers, openai, or one a plugin registered.")
     base_url: str | None = Field(None, description="For `openai`: the server's URL, ending in /v1.")
     model: str | None = Field(None, description="For `openai`: the served model's name.")
     api_key: str | None = None
@@ -104,7 +105,7 @@ class SFTConfig(_Section):
 
 
 class TrainerConfig(_Section):
-    backend: Literal["local", "verl"] = "local"
+    backend: Literal["local"] = Field("local", description="local: one process, CPU or one GPU.")
     steps: int = Field(100, ge=0, description="GRPO steps.")
     prompts_per_step: int = Field(8, ge=1, description="Dataset rows per step; each gets rollout.n samples.")
     lr: float = Field(1e-4, gt=0)
@@ -254,12 +255,14 @@ def _loc_path(prefix: str, loc: tuple[Any, ...]) -> str:
 
 
 def _model_at(model: type[BaseModel], loc: tuple[Any, ...]) -> type[BaseModel] | None:
+    """The section model at a location, looking through ``X | None``."""
     for part in loc:
         field = model.model_fields.get(str(part))
         ann = getattr(field, "annotation", None)
-        if not (isinstance(ann, type) and issubclass(ann, BaseModel)):
+        found = [a for a in (ann, *typing.get_args(ann)) if isinstance(a, type) and issubclass(a, BaseModel)]
+        if not found:
             return None
-        model = ann
+        model = found[0]
     return model
 
 

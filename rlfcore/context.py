@@ -36,8 +36,8 @@ class TurnContext:
     """For the per-turn hooks of one trajectory.
 
     ``env`` is the sample's environment (the plugin that owns it), ``settings`` that plugin's config
-    section, ``tools`` the tools this sample may call, ``messages`` the conversation so far (the
-    assistant message of this turn included), ``parser`` the configured tool-call format, ``runtime``
+    section, ``tools`` the tools this sample may call, ``messages`` the conversation so far (this
+    turn's assistant message is appended once ``parse_tool_calls`` has answered), ``parser`` the configured tool-call format, ``runtime``
     the run's shared services (executor, parsers, tokenizer) for the built-in implementations.
     """
 

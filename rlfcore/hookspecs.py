@@ -8,8 +8,8 @@ Every hook may be implemented as ``async def``: the core awaits what is awaitabl
 *first result* stop at the first implementation that returns something other than ``None``; the
 core's built-in defaults are registered with ``trylast=True``, so an enabled plugin takes precedence
 over them. Per-sample routing: the per-turn and scoring hooks of a sample are called only on the
-sample's environment plugin, local plugins and the built-ins; ``judge`` is called on every enabled
-plugin that implements it.
+plugins of the sample's environment and the built-ins; ``judge`` is called on every enabled plugin
+that implements it.
 """
 
 from __future__ import annotations

@@ -83,6 +83,8 @@ class Rollout:
         self.tok = tokenizer
         self.cfg = runtime.config.rollout
         self.seq = SequenceBuilder(tokenizer)
+        self.seed: int | None = runtime.config.rollout.sampling.seed
+        """Base of the per-sample sampling seeds; the trainer sets a new one each step."""
         self._gate: asyncio.Semaphore | None = None
 
     async def run(
@@ -162,8 +164,8 @@ class Rollout:
                 return
             params = SamplingParams.from_config(self.cfg.sampling, self.tok.eos_token_ids)
             params.max_tokens = budget
-            if params.seed is not None:  # one seed per sample and turn: a group must not repeat itself
-                params.seed = zlib.crc32(f"{params.seed}/{traj.id}/{turn}".encode())
+            if self.seed is not None:  # one seed per sample and turn: a group must not repeat itself
+                params.seed = zlib.crc32(f"{self.seed}/{traj.id}/{turn}".encode())
             t0 = time.perf_counter()
             gen = await self.engine.generate(traj.prompt_ids + traj.response_ids, params, request_id=traj.id)
             traj.generate_s += time.perf_counter() - t0

@@ -64,6 +64,8 @@ class RewardPipeline:
                     if value is not None:
                         v = value.value if isinstance(value, Score) else float(value)
                         t.reward_components[f"judge.{plugin}"] = v
+                        if isinstance(value, Score) and value.error:
+                            t.reward_error = t.reward_error or value.error
         for t in group:
             self._compose(t)
 

@@ -79,12 +79,15 @@ class Runtime:
 
     def env_of(self, row: Mapping[str, Any]) -> str | None:
         """The environment a dataset row names (``env``, or verl's ``data_source``), else the default."""
-        env = row.get("env") or self.config.data.default_env
+        env = row.get("env") or row.get("data_source") or self.config.data.default_env
         if env is None and len(self.environments) == 1:
             env = next(iter(self.environments))
+        if env is None and len(self.environments) > 1:
+            raise RoutingError(
+                f"row {row.get('id', '?')!r} names no environment and there are several "
+                f"({', '.join(self.environments)}): set the row's env or data.default_env"
+            )
         if env is not None and env not in self.environments:
-            if row.get("env") is None and row.get("data_source") in self.environments:
-                return row["data_source"]
             known = ", ".join(self.environments) or "none (enable a plugin)"
             raise RoutingError(f"row {row.get('id', '?')!r} names environment {env!r}; known: {known}")
         return env

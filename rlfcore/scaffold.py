@@ -35,7 +35,7 @@ Enable it in a run config with ``plugins: [{name}]``; its settings live under ``
 
 from __future__ import annotations
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from rlfcore import Example, Sample, Score, SetupContext, Tool, hookimpl
 from rlfcore.tools import tool
@@ -43,6 +43,8 @@ from rlfcore.tools import tool
 
 class Settings(BaseModel):
     """The ``{name}:`` section of a run config."""
+
+    model_config = ConfigDict(extra="forbid")
 
     greeting: str = "Hello"
 

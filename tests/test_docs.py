@@ -1,9 +1,10 @@
 """The docs cannot rot: every hook, config field and command the code has is documented, as it is.
 
 docs/hooks.md has one level-2 section per hook, headed by the hook's name (a lower-case identifier;
-prose headings start with a capital), whose first ``python`` block is the hook's ``def`` line and whose
-"Results"/"Async" bullets match the spec. docs/config.md names every config field by its dotted path,
-with its default and description. Every ``rlf`` command is named somewhere under docs/.
+prose headings start with a capital), whose first ``python`` block is the hook's ``def`` line, whose
+"Results"/"Async" bullets match the spec and whose examples register as plugins. docs/config.md has a
+table row for every config field, by dotted path, with its default and description. Every ``rlf``
+command is named somewhere under docs/, and the tutorial's plugin passes ``rlf plugins check``.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import inspect
 import json
 import re
 import types
+import typing
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -24,6 +26,7 @@ from rlfcore import hookspecs
 from rlfcore.cli import cli
 from rlfcore.config import RunConfig
 from rlfcore.conformance import SYNC_ONLY, check
+from rlfcore.plugins import PluginManager
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 HOOK_HEADING = re.compile(r"^##[ \t]+`?([a-z_][a-z0-9_]*)`?[ \t]*$", re.MULTILINE)
@@ -44,15 +47,21 @@ def _code_blocks(text: str, lang: str) -> list[str]:
 # --- hooks.md --------------------------------------------------------------------------------------
 
 
+def _outside_code(text: str) -> str:
+    """``text`` with the inside of fenced blocks blanked, so a ``# comment`` there is no heading."""
+    return FENCE.sub(lambda m: re.sub(r"[^\n]", " ", m.group(0)), text)
+
+
 def hook_sections(text: str) -> dict[str, str]:
     """The body of each hook section, by hook name (a section ends at the next level-1 or -2 heading)."""
+    prose = _outside_code(text)
+    ends = [m.start() for m in re.finditer(r"^#{1,2}[ \t]", prose, re.MULTILINE)] + [len(text)]
     sections: dict[str, str] = {}
-    for match in HOOK_HEADING.finditer(text):
+    for match in HOOK_HEADING.finditer(prose):
         name = match.group(1)
         assert name not in sections, f"docs/hooks.md has two sections for {name!r}"
-        rest = text[match.end() :]
-        end = re.search(r"^#{1,2}[ \t]", rest, re.MULTILINE)
-        sections[name] = rest[: end.start()] if end else rest
+        end = min(e for e in ends if e > match.start())
+        sections[name] = text[match.end() : end]
     return sections
 
 
@@ -141,13 +150,22 @@ def test_the_checks_themselves_catch_a_wrong_signature():
 # --- config.md -------------------------------------------------------------------------------------
 
 
+def nested_model(annotation: Any) -> type[BaseModel] | None:
+    """The config model a field holds, also when it is optional (``ModelInit | None``)."""
+    for candidate in (annotation, *typing.get_args(annotation)):
+        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+            return candidate
+    return None
+
+
 def config_fields(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, Any]]:
     """``(dotted path, field info)`` of every field of ``model`` and of the models nested in it."""
     for name, info in model.model_fields.items():
         path = f"{prefix}{name}"
         yield path, info
-        if isinstance(info.annotation, type) and issubclass(info.annotation, BaseModel):
-            yield from config_fields(info.annotation, f"{path}.")
+        sub = nested_model(info.annotation)
+        if sub is not None:
+            yield from config_fields(sub, f"{path}.")
 
 
 def default_text(info: Any) -> str:
@@ -235,8 +253,6 @@ def test_the_tutorials_plugin_passes_the_conformance_check(tmp_path):
 
 def test_hooks_examples_are_real_plugins():
     """Every example in docs/hooks.md that defines hook implementations registers without a complaint."""
-    from rlfcore.plugins import PluginManager
-
     sections = hook_sections(_read("hooks.md"))
     for name, body in sections.items():
         for i, block in enumerate(_code_blocks(body, "python")[1:]):

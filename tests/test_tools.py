@@ -153,7 +153,7 @@ async def test_qwen_agent_duck_typed_adapter():
         {"weather": t},
     )
     assert json.loads(results[0].content) == {"city": "Oslo", "days": 1}
-    assert duck.seen[0] == '{"city": "Oslo"}'  # called as qwen-agent's agents call it: a JSON string
+    assert '{"city": "Oslo"}' in duck.seen  # called as qwen-agent's agents call it: a JSON string (calls run concurrently)
     assert results[1].content == "sunny\n[image: sun.png]"
     assert results[2].error == "schema" and "'city' is a required property" in results[2].content
 

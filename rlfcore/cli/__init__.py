@@ -11,6 +11,7 @@ from rlfcore import __version__
 from rlfcore.cli.config import config
 from rlfcore.cli.eval import eval_command
 from rlfcore.cli.plugins import plugins
+from rlfcore.cli.train import init_model, rescore, sft, train
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -28,6 +29,8 @@ def cli(ctx: click.Context, debug: bool) -> None:
 cli.add_command(plugins)
 cli.add_command(config)
 cli.add_command(eval_command)
+for command in (train, sft, rescore, init_model):
+    cli.add_command(command)
 
 
 def main(argv: list[str] | None = None) -> None:

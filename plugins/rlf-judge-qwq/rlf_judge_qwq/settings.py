@@ -24,7 +24,7 @@ class JudgeSettings(BaseModel):
         "openai", description="`openai`: chat endpoints (vLLM, verl's reward router); `transformers`: in-process model."
     )
     endpoints: list[str] = Field(
-        default_factory=list, description="Base URLs ending in /v1; requests are balanced over them. Empty: judge nothing."
+        default_factory=list, description="Base URLs ending in /v1, balanced over. Empty: judge nothing."
     )
     model: str = Field("Qwen/QwQ-32B", description="The served model name sent in each request.")
     api_key: str | None = Field(None, description="Sent as a bearer token when set.")

@@ -1,0 +1,106 @@
+"""``rlf-deepsearch``: serve an index over HTTP, build an index ahead of a run, prepare QA datasets."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import click
+
+_corpus = click.option("--corpus", required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                       help="JSONL passages {id, title, text} (or Search-R1's {id, contents}).")
+_index_dir = click.option("--index-dir", type=click.Path(file_okay=False, path_type=Path),
+                          help="Index cache folder (default: $XDG_CACHE_HOME/rlf-deepsearch).")
+_stemmer = click.option("--stemmer", default="english", show_default=True, help="Snowball stemmer; 'none' for none.")
+_k1 = click.option("--k1", default=1.5, show_default=True, type=float, help="BM25 k1.")
+_b = click.option("--b", default=0.75, show_default=True, type=float, help="BM25 b.")
+
+
+def _open_index(corpus: Path, index_dir: Path | None, stemmer: str, k1: float, b: float):
+    from rlf_deepsearch.index import BM25Index, IndexParams
+
+    params = IndexParams(k1=k1, b=b, stemmer=None if stemmer.lower() == "none" else stemmer)
+    start = time.perf_counter()
+    index = BM25Index.open(corpus, index_dir, params)
+    click.echo(f"rlf-deepsearch: {len(index)} passages indexed, ready in {time.perf_counter() - start:.1f} s", err=True)
+    return index
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def cli() -> None:
+    """Search-R1-style deep search for rlf: a BM25 index, its retrieval server, and dataset preparation."""
+
+
+@cli.command()
+@_corpus
+@_index_dir
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (0.0.0.0: every interface).")
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535), help="Port; 0 picks a free one.")
+@click.option("--topk", default=3, show_default=True, type=click.IntRange(1, 1000), help="Top-k when a request gives none.")
+@_stemmer
+@_k1
+@_b
+@click.option("--verbose", is_flag=True, help="Log every request.")
+def serve(corpus: Path, index_dir: Path | None, host: str, port: int, topk: int, stemmer: str, k1: float, b: float,
+          verbose: bool) -> None:
+    """Serve a corpus's BM25 index over Search-R1's retriever API (POST /retrieve)."""
+    from rlf_deepsearch.server import RetrievalServer
+
+    index = _open_index(corpus, index_dir, stemmer, k1, b)
+    server = RetrievalServer(index, host, port, topk=topk, passages=len(index), quiet=not verbose)
+    click.echo(f"rlf-deepsearch: serving {len(index)} passages at {server.url}", err=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
+@cli.command()
+@_corpus
+@_index_dir
+@_stemmer
+@_k1
+@_b
+def index(corpus: Path, index_dir: Path | None, stemmer: str, k1: float, b: float) -> None:
+    """Build (or check) the cached index of a corpus, e.g. once before many workers start."""
+    _open_index(corpus, index_dir, stemmer, k1, b)
+
+
+@cli.command()
+@click.argument("inputs", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("-o", "--out", required=True, type=click.Path(dir_okay=False, path_type=Path), help="Rows to write (JSONL).")
+@click.option("--format", "fmt", type=click.Choice(["hermes", "search-r1"]), default="hermes", show_default=True,
+              help="Which instructions the prompt carries; match deepsearch.format.")
+@click.option("--env", default="deepsearch", show_default=True, help="The rows' environment.")
+@click.option("--limit", type=click.IntRange(min=1), help="Write at most N rows.")
+def prepare(inputs: tuple[Path, ...], out: Path, fmt: str, env: str, limit: int | None) -> None:
+    """Turn NQ-open / HotpotQA style JSONL ({question, answer(s)}) into rlf rows."""
+    from rlf_deepsearch.prepare import PrepareError, prepare as run
+
+    try:
+        n = run(list(inputs), out, fmt, env, limit)
+    except PrepareError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"wrote {n} rows to {out}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    from rlf_deepsearch.corpus import CorpusError
+
+    try:
+        cli.main(args=argv, prog_name="rlf-deepsearch", standalone_mode=False)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.Abort:
+        sys.exit(130)
+    except (CorpusError, ImportError, ValueError) as exc:
+        click.secho(f"rlf-deepsearch: {exc}", fg="red", err=True)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,124 @@
+"""rlf plugin ``deepsearch``: search a passage corpus over many turns, rewarded by QA exact match / F1.
+
+Enable it with ``plugins: [deepsearch]``; settings live under ``deepsearch:`` (see
+:class:`~rlf_deepsearch.settings.Settings`). With ``format: hermes`` the model calls a ``search``
+tool in the Hermes format and the core's defaults parse and observe. With ``format: search-r1`` this
+plugin reads Search-R1's ``<search>`` tags, runs the search through the core's executor and answers
+with an ``<information>`` block, so Search-R1 data and prompts run unchanged; the tool is then not
+listed in the prompt, as Search-R1 prompts describe the tags themselves.
+
+Nothing heavy is imported here: bm25s, numpy and httpx load when a search backend is first built.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from rlfcore import Example, Sample, Score, ScoreContext, SetupContext, Tool, ToolCall, ToolResult, TurnContext, hookimpl
+from rlfcore.tools import tool
+
+from rlf_deepsearch.formats import information_message, parse_search_r1
+from rlf_deepsearch.settings import Settings, base_dir, settings_of
+
+
+@hookimpl
+def register_config_schema() -> type[BaseModel]:
+    return Settings
+
+
+_TOOLS: dict[tuple[str, str], Tool] = {}
+
+
+def search_tool(settings: Settings, base: Path) -> Tool:
+    """The ``search`` tool for these settings; its backend is shared by every call in the process."""
+    key = (settings.model_dump_json(), str(base))
+    if key not in _TOOLS:
+        _TOOLS[key] = _make_search_tool(settings, base)
+    return _TOOLS[key]
+
+
+def _make_search_tool(settings: Settings, base: Path) -> Tool:
+    from rlf_deepsearch.search import format_passages, shared_searcher
+
+    @tool(name="search")
+    def search(query: str) -> str:
+        """Search the corpus and return the most relevant passages.
+
+        Args:
+            query: What to look for: keywords, a name, or a question.
+        """
+        passages = shared_searcher(settings, base).search(query, settings.topk)
+        return format_passages(passages, settings.max_chars)
+
+    search.plugin = "deepsearch"
+    return search
+
+
+@hookimpl
+def register_tools(ctx: SetupContext) -> list[Tool]:
+    settings = settings_of(ctx)
+    if ctx.config is not None:  # a run: build or load the index now, not inside the first call's timeout
+        from rlf_deepsearch.search import shared_searcher
+
+        shared_searcher(settings, base_dir(ctx))
+    if settings.format == "search-r1":
+        return []  # Search-R1 prompts describe the tags; a listed tool would add the Hermes instructions
+    return [search_tool(settings, base_dir(ctx))]
+
+
+@hookimpl
+def parse_tool_calls(text: str, ctx: TurnContext) -> list[ToolCall] | None:
+    if settings_of(ctx).format != "search-r1":
+        return None
+    return parse_search_r1(text)
+
+
+@hookimpl
+async def invoke_tools(calls: list[ToolCall], ctx: TurnContext) -> list[ToolResult] | None:
+    settings = settings_of(ctx)
+    if settings.format != "search-r1":
+        return None
+    if ctx.runtime is None:
+        raise RuntimeError("deepsearch's search-r1 format runs searches through ctx.runtime's executor, which is unset")
+    search = search_tool(settings, base_dir(ctx))
+    return await ctx.runtime.executor.run(calls, {search.name: search})
+
+
+@hookimpl
+def build_observation(results: list[ToolResult], ctx: TurnContext) -> list[dict] | None:
+    if settings_of(ctx).format != "search-r1":
+        return None
+    # The loop recorded this turn's search as an OpenAI tool call too, but the model wrote plain
+    # tags: without the record, a full chat-template rendering matches the generated tokens.
+    if ctx.messages and ctx.messages[-1].get("role") == "assistant":
+        ctx.messages[-1].pop("tool_calls", None)
+    return [information_message(results)]
+
+
+@hookimpl
+def compute_score(sample: Sample, ctx: ScoreContext) -> Score | None:
+    from rlf_deepsearch.rewards import score_sample
+
+    return score_sample(sample, settings_of(ctx))
+
+
+@hookimpl
+def register_examples(ctx: SetupContext) -> list[Example]:
+    """Two questions on the demo corpus (only when no corpus is configured): a right answer scores 1,
+    a wrong one only the format weight."""
+    settings = settings_of(ctx)
+    if settings.corpus or settings.retriever_url:
+        return []
+    if settings.format == "search-r1":
+        call = "<think>I should look this up.</think>\n<search>red planet</search>"
+        right, wrong = "<think>Doc 1 says Mars.</think>\n<answer>Mars</answer>", "<answer>Venus</answer>"
+    else:
+        call = '<tool_call>\n{"name": "search", "arguments": {"query": "red planet"}}\n</tool_call>'
+        right, wrong = "<answer>Mars</answer>", "<answer>Venus</answer>"
+    row = {"prompt": "Which planet is known as the Red Planet? Answer inside <answer></answer>.", "ground_truth": ["Mars"]}
+    return [
+        Example(row={"id": "red-planet", **row}, script=[call, right], expected_reward=1.0),
+        Example(row={"id": "red-planet-wrong", **row}, script=[call, wrong], expected_reward=settings.format_reward),
+    ]

@@ -1,0 +1,94 @@
+"""QA files (NQ-open, HotpotQA, FlashRAG/Search-R1 style) to rlf dataset rows for the deepsearch env.
+
+A record has a ``question`` and its gold answers under ``answer``, ``answers`` or
+``golden_answers`` (a string or a list). A row is ``{"id", "env", "prompt", "ground_truth": [...],
+"extra"}``; ``extra`` keeps the question and any ``supporting_ids`` (for retrieval recall).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterator
+
+INSTRUCTIONS = {
+    "hermes": (
+        "Answer the question. Search the corpus with the search tool as many times as you need, "
+        "then give only the final answer inside <answer> and </answer>, for example <answer>Paris</answer>.\n"
+        "Question: {question}"
+    ),
+    "search-r1": (
+        "Answer the question. Reason inside <think> and </think> every time you get new information. "
+        "If you lack knowledge, search by writing <search> query </search>; the results come back between "
+        "<information> and </information>. You may search as many times as you want. When no more "
+        "knowledge is needed, give the answer inside <answer> and </answer> without explanation, "
+        "for example <answer> Paris </answer>. Question: {question}\n"
+    ),
+}
+ANSWER_KEYS = ("answer", "answers", "golden_answers")
+EXTRA_KEYS = ("supporting_ids", "context_ids", "type", "level")
+
+
+class PrepareError(ValueError):
+    """An input record is unusable; the message names the file and line."""
+
+
+def read_records(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """``(where, record)`` for each record of a JSONL file, or of a JSON file holding a list."""
+    if path.suffix == ".json":
+        data = json.loads(path.read_text())
+        if not isinstance(data, list):
+            raise PrepareError(f"{path}: a .json input must hold a list of records")
+        yield from ((f"{path}: record {i}", r) for i, r in enumerate(data))
+        return
+    with path.open() as f:
+        for n, line in enumerate(f, 1):
+            if line.strip():
+                try:
+                    yield f"{path}:{n}", json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise PrepareError(f"{path}:{n}: not valid JSON: {exc.msg}") from None
+
+
+def to_row(record: Any, where: str, row_id: str, fmt: str = "hermes", env: str = "deepsearch") -> dict[str, Any]:
+    """One QA record as an rlf row with the format's instructions around the question."""
+    if not isinstance(record, dict):
+        raise PrepareError(f"{where}: expected an object, got {type(record).__name__}")
+    question = record.get("question")
+    if not isinstance(question, str) or not question.strip():
+        raise PrepareError(f"{where}: no 'question' string")
+    key = next((k for k in ANSWER_KEYS if k in record), None)
+    if key is None:
+        raise PrepareError(f"{where}: no gold answers: expected one of {', '.join(ANSWER_KEYS)}")
+    answers = record[key] if isinstance(record[key], list) else [record[key]]
+    answers = [str(a) for a in answers if str(a).strip()]
+    if not answers:
+        raise PrepareError(f"{where}: '{key}' holds no non-empty answer")
+    question = question.strip()
+    extra = {"question": question, **{k: record[k] for k in EXTRA_KEYS if k in record}}
+    return {
+        "id": str(record.get("id", row_id)),
+        "env": env,
+        "prompt": INSTRUCTIONS[fmt].format(question=question),
+        "ground_truth": answers,
+        "extra": extra,
+    }
+
+
+def prepare(inputs: list[Path], out: Path, fmt: str = "hermes", env: str = "deepsearch", limit: int | None = None) -> int:
+    """Write the rows of every input to ``out`` (JSONL); returns how many. Ids must be unique."""
+    seen: set[str] = set()
+    count = 0
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("w") as f:
+        for path in inputs:
+            for i, (where, record) in enumerate(read_records(path)):
+                if limit is not None and count >= limit:
+                    return count
+                row = to_row(record, where, f"{path.stem}-{i:06d}", fmt, env)
+                if row["id"] in seen:
+                    raise PrepareError(f"{where}: duplicate id {row['id']!r}")
+                seen.add(row["id"])
+                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+                count += 1
+    return count

@@ -1,0 +1,54 @@
+"""The ``deepsearch:`` section of a run config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Settings(BaseModel):
+    """Where passages come from, how the model talks to the search, and how answers are scored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    corpus: str | None = Field(
+        None, description="JSONL passages {id, title, text}; unset: the plugin's 12-passage demo corpus."
+    )
+    index_dir: str | None = Field(None, description="BM25 index cache; unset: $XDG_CACHE_HOME/rlf-deepsearch.")
+    retriever_url: str | None = Field(
+        None, description="A Search-R1 retrieval server (http://host:port[/retrieve]) used instead of a local index."
+    )
+    topk: int = Field(3, ge=1, le=100, description="Passages per search.")
+    max_chars: int = Field(3000, ge=200, description="Length limit of one search's formatted result.")
+    format: Literal["hermes", "search-r1"] = Field(
+        "hermes", description="hermes: a `search` tool; search-r1: <search>/<information>/<answer> tags."
+    )
+    reward: Literal["em", "f1"] = Field("em", description="The answer score: exact match or token F1.")
+    format_reward: float = Field(
+        0.0, ge=0.0, le=1.0, description="Weight w of the format check: reward = (1 - w) * answer + w * format."
+    )
+    stemmer: str | None = Field("english", description="Snowball stemmer of the BM25 tokenizer (PyStemmer); null: none.")
+    k1: float = Field(1.5, gt=0, description="BM25 k1.")
+    b: float = Field(0.75, ge=0, le=1, description="BM25 b.")
+    timeout_s: float = Field(30.0, gt=0, description="HTTP timeout of a retrieval-server request.")
+    batch_size: int = Field(64, ge=1, description="Concurrent searches sent to the index or server as one batch, at most.")
+
+
+def settings_of(ctx: Any) -> Settings:
+    """The plugin's validated section from a hook context, or the defaults."""
+    settings = getattr(ctx, "settings", None)
+    return settings if isinstance(settings, Settings) else Settings()
+
+
+def base_dir(ctx: Any) -> Path:
+    """The folder relative settings paths are read from: the run config's, else the working directory."""
+    config = getattr(ctx, "config", None)
+    source = getattr(config, "source", None) if config is not None else None
+    return Path(source).resolve().parent if source is not None else Path.cwd()
+
+
+def resolve(path: str, base: Path) -> Path:
+    p = Path(path).expanduser()
+    return p if p.is_absolute() else (base / p).resolve()

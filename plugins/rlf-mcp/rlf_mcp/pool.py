@@ -1,0 +1,154 @@
+"""The process's MCP servers: started once, shared by every toolset and trajectory, closed at exit.
+
+Why a background loop: the core sets a run up inside one ``asyncio.run`` and may roll out in others
+(``rlfcore.testing`` does), while an MCP session is tied to the task and loop that opened it. So every
+session lives in one event loop that runs in a daemon thread for the life of the process, and a tool
+call from any loop is bridged to it (``run_coroutine_threadsafe`` + ``wrap_future``: cancelling the
+caller, as the executor's timeout does, cancels the call in the pool too).
+
+Servers are keyed by their resolved spec (name, command or URL, environment...), so setting up a
+second runtime with the same servers reuses the running ones. :func:`shutdown` closes them all; it
+runs at interpreter exit too (``atexit``). A process killed outright cannot run it: stdio servers then
+see their stdin close and exit (every ``MCPServer`` does), and a server that ignores EOF must be
+cleaned up by the process's supervisor. A forked child forgets its parent's servers instead of
+closing them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import concurrent.futures
+import os
+import threading
+from typing import TYPE_CHECKING, Any, Coroutine, TypeVar
+
+if TYPE_CHECKING:
+    from rlf_mcp.connection import Policy, ServerConnection
+    from rlf_mcp.settings import ServerSpec
+
+T = TypeVar("T")
+
+SHUTDOWN_TIMEOUT_S = 30.0
+
+
+class Pool:
+    """An event loop in a daemon thread, and the MCP server connections that live in it."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._starts: dict[str, asyncio.Task[ServerConnection]] = {}
+        self._created: list[ServerConnection] = []
+        self._thread = threading.Thread(target=self._run, name="rlf-mcp", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Schedule ``coro`` in the pool's loop, from any thread."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    async def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Await ``coro`` in the pool's loop from another event loop; cancelling this cancels it there."""
+        return await asyncio.wrap_future(self.submit(coro))
+
+    @property
+    def in_pool_thread(self) -> bool:
+        return threading.current_thread() is self._thread
+
+    async def connect(self, specs: list[ServerSpec], policy: Policy) -> list[ServerConnection]:
+        """The running connection of each spec, starting (concurrently) those not running yet.
+
+        Runs in the pool's loop. A server that failed to start raises :class:`ServerDown`; one that was
+        given up is started afresh.
+        """
+        from rlf_mcp.connection import ServerConnection
+
+        async def one(spec: ServerSpec) -> ServerConnection:
+            key = spec.key()
+            task = self._starts.get(key)
+            if task is None or not _usable(task):
+                connection = ServerConnection(spec, policy)
+                self._created.append(connection)
+
+                async def start() -> ServerConnection:
+                    await connection.start()
+                    return connection
+
+                task = self._starts[key] = self.loop.create_task(start(), name=f"rlf-mcp-start-{spec.name}")
+            return await asyncio.shield(task)
+
+        results = await asyncio.gather(*(one(s) for s in specs), return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+        return list(results)  # type: ignore[arg-type]
+
+    def connections(self) -> list[ServerConnection]:
+        """Every connection that started (for figures and tests)."""
+        return [t.result() for t in self._starts.values() if t.done() and not t.cancelled() and t.exception() is None]
+
+    async def close_all(self) -> None:
+        """Close every connection ever created here, those still starting or given up included."""
+        await asyncio.gather(*(c.close() for c in self._created), return_exceptions=True)
+        self._starts.clear()
+        self._created.clear()
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=5)
+        if not self._thread.is_alive():
+            self.loop.close()
+
+
+def _usable(task: asyncio.Task[ServerConnection]) -> bool:
+    """Starting, or started and not given up: a new start would only duplicate the server."""
+    if not task.done():
+        return True
+    return not task.cancelled() and task.exception() is None and task.result().down is None
+
+
+_lock = threading.Lock()
+_pool: Pool | None = None
+
+
+def get_pool() -> Pool:
+    """The process's pool, started on first use (again after :func:`shutdown`)."""
+    global _pool
+    with _lock:
+        if _pool is None:
+            _pool = Pool()
+        return _pool
+
+
+def shutdown(timeout_s: float = SHUTDOWN_TIMEOUT_S) -> None:
+    """Close every MCP server of this process and stop the pool's loop; safe to call more than once.
+
+    Blocks until the servers are closed (stdio servers exit on stdin EOF, or are killed after a few
+    seconds). Servers start again if a toolset is set up afterwards.
+    """
+    global _pool
+    with _lock:
+        pool, _pool = _pool, None
+    if pool is None:
+        return
+    if pool.in_pool_thread:
+        raise RuntimeError("rlf_mcp.pool.shutdown() cannot run inside the pool's own loop")
+    try:
+        pool.submit(pool.close_all()).result(timeout_s)
+    finally:
+        pool.stop()
+
+
+def _forget_after_fork() -> None:
+    """In a forked child the pool's thread does not exist: start afresh, leave the parent's servers alone."""
+    global _lock, _pool
+    _lock = threading.Lock()
+    _pool = None
+
+
+atexit.register(shutdown)
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)

@@ -1,0 +1,105 @@
+"""End to end: a run config naming MCP servers, rolled out and scored through the real loop, a server
+killed mid-run, ``rlf plugins check mcp``, and no server process left behind when the process exits."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from mcp_testkit import PROBE, children, needs_proc, wait_gone
+from rlf_mcp.pool import shutdown
+from rlfcore.testing import rollout
+
+pytestmark = needs_proc
+
+
+def tool_call(name: str, **arguments: object) -> str:
+    return f'<tool_call>\n{json.dumps({"name": name, "arguments": arguments})}\n</tool_call>'
+
+
+@pytest.fixture(scope="module")
+def run_config(tmp_path_factory) -> Path:
+    """A run config whose MCP servers come from an mcpServers file beside it (a relative path)."""
+    folder = tmp_path_factory.mktemp("run")
+    servers = {
+        "mcpServers": {
+            "calc": {"command": sys.executable, "args": ["-m", "rlf_mcp.servers.calculator"]},
+            "probe": {"command": sys.executable, "args": [PROBE], "include": ["echo"], "prefix": "probe_"},
+        }
+    }
+    (folder / "mcp.json").write_text(json.dumps(servers))
+    (folder / "run.yaml").write_text(
+        "plugins: [mcp]\nmcp:\n  config_file: mcp.json\n  restart_backoff_s: 0.05\ntools:\n  timeout_s: 30\n"
+    )
+    yield folder / "run.yaml"
+    shutdown()
+    assert wait_gone(children("rlf_mcp.servers.calculator") + children("mcp_probe_server")) == []
+
+
+def test_a_run_with_two_servers_survives_one_being_killed_mid_run(run_config):
+    turns: dict[str, int] = defaultdict(int)
+
+    def policy(request_id: str, prompt: str) -> str:
+        turn = turns[request_id]
+        turns[request_id] += 1
+        row = request_id.split("#")[0]
+        if row == "math":
+            return [tool_call("calculate", expression="6 * 7"), "<answer>42</answer>"][turn]
+        if row == "oops":
+            return [tool_call("calculate", expression="6 / 0"), "<answer>6</answer>"][turn]
+        if row == "code":
+            return [tool_call("calculate", expression="__import__('os').getcwd()"), "<answer>/</answer>"][turn]
+        if turn == 0:  # row "kill": the probe server dies just as the model calls it
+            [pid] = children("mcp_probe_server")
+            os.kill(pid, signal.SIGKILL)
+            return tool_call("probe_echo", text="lost")
+        return [tool_call("probe_echo", text="after the restart"), "<answer>after the restart</answer>"][turn - 1]
+
+    rows = [
+        {"id": "math", "prompt": "What is 6 * 7?", "ground_truth": "42"},
+        {"id": "oops", "prompt": "What is 6 / 0?", "ground_truth": "undefined"},
+        {"id": "code", "prompt": "Where am I?", "ground_truth": "/tmp"},
+        {"id": "kill", "prompt": "Echo a phrase.", "ground_truth": "after the restart"},
+    ]
+    math, oops, code, kill = rollout(run_config, rows, policy)
+    assert (math.reward, math.tool_calls, math.tool_errors) == (1.0, 1, 0)
+    assert math.messages[-2]["role"] == "tool" and math.messages[-2]["content"] == "42"
+    # the calculator's ToolErrors reach the model with their message
+    assert (oops.reward, oops.tool_errors) == (0.0, 1) and "division by zero in 6 / 0" in oops.messages[-2]["content"]
+    assert code.tool_errors == 1 and "a function call is not allowed" in code.messages[-2]["content"]
+    assert kill.stop_reason != "error" and (kill.tool_calls, kill.tool_errors) == (2, 1)
+    tool_messages = [m["content"] for m in kill.messages if m["role"] == "tool"]
+    assert "MCP server 'probe' died during the call" in tool_messages[0] and tool_messages[1] == "after the restart"
+    assert kill.reward == 1.0
+
+
+def test_plugins_check_passes_and_leaves_no_server_when_the_process_exits():
+    """``rlf plugins check mcp`` in a fresh process (the bundled calculator, real calls and rewards);
+    the process exits without a shutdown call: atexit closes the server, no process survives."""
+    script = textwrap.dedent(
+        f"""
+        import json, sys
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        from mcp_testkit import children
+        from rlfcore.testing import check_plugin
+        report = check_plugin("mcp")
+        print(report.render())
+        print(json.dumps({{"ok": report.ok, "servers": children("rlf_mcp.servers.calculator")}}))
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    *report, last = done.stdout.strip().splitlines()
+    out = json.loads(last)
+    assert out["ok"], "\n".join(report)
+    assert "tools: calculate" in done.stdout and "smoke rollout calc-wrong-answer: 2 turns, 1 tool calls, reward 0" in done.stdout
+    assert len(out["servers"]) == 1
+    assert wait_gone(out["servers"]) == []

@@ -1,0 +1,102 @@
+"""rlf plugin ``nl2sql``: the model explores a SQLite database with a read-only ``sql`` tool and answers
+with one query; the reward is whether that query returns what the gold query returns.
+
+Enable it with ``plugins: [nl2sql]``; settings live under ``nl2sql:`` (:class:`~rlf_nl2sql.settings.Settings`).
+Each dataset row names its database in ``extra.db`` (relative to ``nl2sql.db_root``).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from pydantic import BaseModel
+
+from rlfcore import Example, Sample, Score, ScoreContext, SetupContext, Tool, ToolCall, ToolResult, TurnContext, Verification, hookimpl
+
+from rlf_nl2sql.settings import Locator, Settings, base_dir
+from rlf_nl2sql.tools import DatabaseTool, make_tools
+from rlf_nl2sql.verify import PoolKind, Verifier, VerifyOptions
+
+INFRASTRUCTURE_STAGES = ("gold", "database")
+"""Verification failures that are the data's fault, not the model's: recorded as reward errors."""
+
+
+@hookimpl
+def register_config_schema() -> type[BaseModel]:
+    return Settings
+
+
+@hookimpl
+def register_tools(ctx: SetupContext) -> list[Tool]:
+    settings = _settings(ctx.settings)
+    return list(make_tools(settings, Locator.from_settings(settings, base_dir(ctx.config))))
+
+
+@hookimpl
+async def invoke_tools(calls: list[ToolCall], ctx: TurnContext) -> list[ToolResult] | None:
+    """Bind the database tools to this sample's database, then let the core's executor run the calls."""
+    if ctx.runtime is None:
+        return None
+    tools = {name: t.for_row(ctx.row) if isinstance(t, DatabaseTool) else t for name, t in ctx.tools.items()}
+    return await ctx.runtime.executor.run(calls, tools)
+
+
+@hookimpl
+async def verify_tool(sample: Sample, ctx: ScoreContext) -> Verification | None:
+    """Run the final answer's SQL and the gold SQL on the sample's database and compare the results."""
+    if sample.ground_truth is None:
+        return None
+    settings = _settings(ctx.settings)
+    db = Locator.from_settings(settings, base_dir(ctx.config)).locate(sample.extra)
+    if db is None:
+        return Verification(
+            passed=False,
+            details={"stage": "database", "format": 0.0},
+            error="the sample names no database: set extra.db in its row or nl2sql.db in the config",
+        )
+    verifier = _verifier(settings.verify_options(), settings.verify_workers, settings.verify_pool)
+    return await verifier.verify_async(db, sample.ground_truth, sample.response)
+
+
+@hookimpl
+def compute_score(sample: Sample, verification: Verification | None, ctx: ScoreContext) -> Score | None:
+    """Execution match, blended with the format component by ``format_weight``."""
+    if verification is None:
+        return None
+    weight = _settings(ctx.settings).format_weight
+    execution = float(verification.passed)
+    fmt = float(verification.details.get("format", 0.0))
+    error = verification.error if verification.details.get("stage") in INFRASTRUCTURE_STAGES else None
+    return Score(value=(1 - weight) * execution + weight * fmt, components={"execution": execution, "format": fmt}, error=error)
+
+
+@hookimpl
+def register_examples(ctx: SetupContext) -> list[Example]:
+    """Two rollouts on the shipped shop database: one explores and answers right, one answers wrong."""
+    from rlf_nl2sql.shop import shop_db
+
+    db = str(shop_db())
+    question = "Which customers live in London?"
+    gold = "SELECT name FROM customers WHERE city = 'London'"
+    explore = '<tool_call>{"name": "sql", "arguments": {"query": "SELECT DISTINCT city FROM customers"}}</tool_call>'
+    row: dict[str, Any] = {"prompt": question, "ground_truth": gold, "extra": {"db": db}}
+    return [
+        Example(row={**row, "id": "shop-london"}, script=[explore, f"```sql\n{gold}\n```"], expected_reward=1.0),
+        Example(
+            row={**row, "id": "shop-london-wrong"},
+            script=[explore, "```sql\nSELECT name FROM customers WHERE city = 'Boston'\n```"],
+            expected_reward=0.0,
+        ),
+    ]
+
+
+def _settings(settings: Any) -> Settings:
+    """This plugin's settings; its defaults when the context carries another plugin's (a shared environment)."""
+    return settings if isinstance(settings, Settings) else Settings()
+
+
+@functools.lru_cache(maxsize=8)
+def _verifier(options: VerifyOptions, workers: int, pool: PoolKind) -> Verifier:
+    """One verifier (its pool and gold cache) per distinct configuration, shared by every sample of a run."""
+    return Verifier(options, workers or None, pool)

@@ -1,0 +1,104 @@
+"""``rlf eval`` with ``plugins: [nl2sql]`` on GeoQuery, from the example config, with the ``openai`` engine.
+
+The served model is a stand-in: a loopback OpenAI-compatible completions server that plays a fixed
+policy (explore with the ``sql`` tool, then answer) and speaks in token ids of a tokenizer built here,
+as vLLM does. So the run goes through the real command, engine, loop, tool, verification and reward,
+and the rewards it reports can be checked exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Callable
+
+from rlf_nl2sql.prepare import prepare, read_records, write_jsonl
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "geoquery.yaml"
+EXPLORE = '<tool_call>\n{"name": "sql", "arguments": {"query": "SELECT COUNT(*) FROM city"}}\n</tool_call>'
+
+
+class PolicyServer:
+    """``POST /v1/completions``: decodes the prompt ids, asks ``policy`` for the text, answers its ids."""
+
+    def __init__(self, tokenizer: Any, policy: Callable[[str], str]):
+        self.tokenizer, self.policy = tokenizer, policy
+        self.eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+
+    @property
+    def base_url(self) -> str:
+        host, port = self.httpd.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def __enter__(self) -> PolicyServer:
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                text = server.policy(server.tokenizer.decode(body["prompt"]))
+                ids = server.tokenizer.encode(text, add_special_tokens=False) + [server.eos]
+                answer = {"choices": [{"index": 0, "text": text, "token_ids": ids, "logprobs": None, "finish_reason": "stop"}]}
+                data = json.dumps(answer).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        return Handler
+
+
+def test_rlf_eval_runs_the_example_config_on_geoquery(shared_data, tmp_path):
+    from rlfcore.tinymodel import build_tokenizer
+
+    geoquery = shared_data / "nl2sql" / "geoquery"
+    rows = prepare(read_records(geoquery / "geoquery.jsonl"), geoquery, where={"question_split": "test"}, limit=3).rows
+    write_jsonl(rows, tmp_path / "rows.jsonl")
+    answers = {r["extra"]["question"]: r["ground_truth"] for r in rows[:2]}  # the third is answered wrongly
+    tokenizer = build_tokenizer([r["prompt"] for r in rows] + [EXPLORE], tmp_path / "tokenizer", vocab_size=400)
+
+    def policy(prompt: str) -> str:
+        question = re.findall(r"Question: (.*)", prompt)[-1]
+        if "<tool_response>" not in prompt:
+            return "Let me look at the data.\n" + EXPLORE
+        return f"```sql\n{answers.get(question, 'SELECT 1')}\n```"
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RLF_")}
+    with PolicyServer(tokenizer, policy) as server:
+        out = subprocess.run(
+            [sys.executable, "-m", "rlfcore", "eval", str(EXAMPLE), "--engine", "openai", f"engine.base_url={server.base_url}",
+             f"model.tokenizer={tmp_path / 'tokenizer'}", f"data.eval={tmp_path / 'rows.jsonl'}", f"nl2sql.db_root={geoquery}",
+             "--out", str(tmp_path / "out.jsonl")],
+            capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300,
+        )
+    assert out.returncode == 0, out.stdout + out.stderr
+    records = {r["row_id"]: r for r in map(json.loads, (tmp_path / "out.jsonl").read_text().splitlines())}
+    assert list(records) == [r["id"] for r in rows] or sorted(records) == sorted(r["id"] for r in rows)
+    for r in records.values():
+        assert r["env"] == "nl2sql" and r["stop_reason"] == "answer" and r["reward_error"] is None, r["error"]
+        assert 'CREATE TABLE "city"' in r["messages"][0]["content"]
+        assert r["tool_calls"] == 1 and r["tool_errors"] == 0
+        assert r["messages"][2] == {"role": "tool", "tool_call_id": "call_0", "name": "sql", "content": "COUNT(*)\n386\n(1 row)"}
+    # the example config gives 0.1 of the reward for the ```sql format, 0.9 for execution match
+    rewards = [round(records[r["id"]]["reward"], 6) for r in rows]
+    assert rewards == [1.0, 1.0, 0.1]
+    assert "reward" in out.stdout and "0.7000" in out.stdout

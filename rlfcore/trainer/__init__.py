@@ -1,0 +1,1 @@
+"""Trainers. ``local``: GRPO (and an SFT warm start) in one process, on CPU or one GPU."""

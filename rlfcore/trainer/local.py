@@ -1,0 +1,252 @@
+"""The local backend: GRPO in one process, CPU or one GPU, generating from the weights it trains.
+
+Each step: take ``prompts_per_step`` rows (a seeded order, so a resumed run sees the same ones), roll
+out ``rollout.n`` samples each through the loop with the transformers engine, score them, turn rewards
+into group-normalised advantages, and update the policy with the PPO-clip loss over generated tokens
+only (the loop's mask), optionally with a KL penalty to the frozen starting model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import math
+import random
+import statistics
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from rlfcore.chat import HFChatTokenizer
+from rlfcore.data import Row
+from rlfcore.engines.transformers import TransformersEngine
+from rlfcore.loop import Rollout, Trajectory
+from rlfcore.rewards import RewardPipeline
+from rlfcore.runtime import Runtime
+from rlfcore.trainer import grpo
+from rlfcore.trainer.rundir import RunDir, set_rng_state
+
+
+def schedule(kind: str, warmup: int, total: int) -> Callable[[int], float]:
+    """Learning-rate multiplier per step: linear warmup, then constant, linear or cosine decay."""
+
+    def factor(step: int) -> float:
+        if warmup and step < warmup:
+            return (step + 1) / warmup
+        if kind == "constant" or total <= warmup:
+            return 1.0
+        progress = min(1.0, (step - warmup) / max(1, total - warmup))
+        return 1.0 - progress if kind == "linear" else 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return factor
+
+
+def autocast(device: torch.device, enabled: bool) -> Any:
+    """bf16 autocast on GPUs that support it; a no-op elsewhere (CPU runs stay in float32)."""
+    use = enabled and device.type == "cuda" and torch.cuda.is_bf16_supported()
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=use)
+
+
+def row_order(n_rows: int, seed: int, step: int, per_step: int) -> list[int]:
+    """Indices of the rows of one step: seeded shuffles of the dataset, one per epoch, end to end."""
+    out = []
+    start = step * per_step
+    for pos in range(start, start + per_step):
+        epoch, i = divmod(pos, n_rows)
+        order = list(range(n_rows))
+        random.Random(f"{seed}/{epoch}").shuffle(order)
+        out.append(order[i])
+    return out
+
+
+class LocalTrainer:
+    """GRPO on one device. ``run()`` trains from the last checkpoint (if resuming) to ``trainer.steps``."""
+
+    def __init__(self, runtime: Runtime, model: Any, hf_tokenizer: Any, rows: list[Row], run_dir: RunDir):
+        self.runtime = runtime
+        self.cfg = runtime.config.trainer
+        self.config = runtime.config
+        self.model = model
+        self.hf_tokenizer = hf_tokenizer
+        self.tok = HFChatTokenizer(hf_tokenizer)
+        self.rows = rows
+        self.run_dir = run_dir
+        self.device = next(model.parameters()).device
+        self.engine = TransformersEngine(model, max_batch_size=self.config.engine.max_batch_size, device=self.device)
+        self.rollout = Rollout(runtime, self.engine, self.tok)
+        self.rewards = RewardPipeline(runtime)
+        self.reference = None
+        if self.cfg.kl_coef > 0:
+            self.reference = copy.deepcopy(model).eval()
+            for p in self.reference.parameters():
+                p.requires_grad_(False)
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, schedule(self.cfg.lr_schedule, self.cfg.warmup_steps, self.cfg.steps)
+        )
+        self.step = 0
+        pad = hf_tokenizer.pad_token_id
+        self.pad_id = pad if pad is not None else self.tok.eos_token_ids[0]
+        self.temperature = self.config.rollout.sampling.temperature or 1.0
+
+    # --- checkpoints -----------------------------------------------------------------------------
+
+    def save(self) -> None:
+        state = {"step": self.step, "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+        if self.reference is not None:
+            state["reference"] = self.reference.state_dict()
+        self.run_dir.save_checkpoint(f"step_{self.step:06d}", self.model, self.hf_tokenizer, state)
+
+    def restore(self, checkpoint: Path) -> None:
+        """Weights, optimizer, schedule, RNG and step from a checkpoint; metrics past it are dropped."""
+        from safetensors.torch import load_file
+
+        weights = load_file(str(checkpoint / "model" / "model.safetensors"), device=str(self.device))
+        self.model.load_state_dict(weights, strict=False)
+        if getattr(self.model.config, "tie_word_embeddings", False):
+            self.model.tie_weights()
+        state = torch.load(checkpoint / "trainer.pt", map_location=self.device, weights_only=False)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        if self.reference is not None and "reference" in state:
+            self.reference.load_state_dict(state["reference"])
+        set_rng_state(state["rng"])
+        self.step = state["step"]
+        self.run_dir.truncate_metrics(self.step)
+
+    # --- training --------------------------------------------------------------------------------
+
+    def run(self, on_step: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+        history = []
+        while self.step < self.cfg.steps:
+            metrics = self.train_step()
+            self.run_dir.log(metrics)
+            history.append(metrics)
+            if on_step is not None:
+                on_step(metrics)
+            if self.step % self.cfg.checkpoint_every == 0 or self.step == self.cfg.steps:
+                self.save()
+        return history
+
+    def train_step(self) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        rows = [self.rows[i] for i in row_order(len(self.rows), self.config.seed, self.step, self.cfg.prompts_per_step)]
+        self.rollout.seed = self.config.seed * 1_000_003 + self.step
+        trajectories, rollout_s, score_s = asyncio.run(self._collect(rows))
+        t1 = time.perf_counter()
+        train = self._update(trajectories)
+        self.step += 1
+        metrics = self._metrics(trajectories)
+        metrics.update(train)
+        metrics.update(rollout_s=rollout_s, score_s=score_s, train_s=time.perf_counter() - t1, step_s=time.perf_counter() - t0)
+        if self.cfg.samples_per_step:
+            self.run_dir.samples(self.step, [t.record() for t in trajectories[: self.cfg.samples_per_step]])
+        return metrics
+
+    async def _collect(self, rows: list[Row]) -> tuple[list[Trajectory], float, float]:
+        t0 = time.perf_counter()
+        trajectories = await self.rollout.run(rows)
+        t1 = time.perf_counter()
+        await self.rewards.score(trajectories)
+        return trajectories, t1 - t0, time.perf_counter() - t1
+
+    def _update(self, trajectories: list[Trajectory]) -> dict[str, float]:
+        usable = [t for t in trajectories if t.stop_reason != "error" and any(t.response_mask)]
+        if not usable:
+            return {"loss": 0.0, "kl": 0.0, "grad_norm": 0.0, "clip_frac": 0.0, "lr": self.scheduler.get_last_lr()[0]}
+        adv = grpo.group_advantages([t.reward for t in usable], [t.row_id for t in usable], self.cfg.std_normalize)
+        micro = self.cfg.micro_batch_size
+        chunks = [list(range(i, min(i + micro, len(usable)))) for i in range(0, len(usable), micro)]
+        batches = [
+            grpo.collate(
+                [usable[i].prompt_ids for i in c], [usable[i].response_ids for i in c], [usable[i].response_mask for i in c], self.pad_id
+            )
+            for c in chunks
+        ]
+        batches = [self._to_device(b) for b in batches]
+        advantages = [torch.tensor([adv[i] for i in c], dtype=torch.float32, device=self.device) for c in chunks]
+        total_tokens = float(sum(sum(t.response_mask) for t in usable))
+        total_seqs = float(len(usable))
+
+        with torch.no_grad(), autocast(self.device, self.cfg.bf16):
+            was_training = self.model.training
+            self.model.eval()
+            old = [grpo.token_logprobs(self.model, b, self.temperature) for b in batches]
+            ref = [grpo.token_logprobs(self.reference, b, self.temperature) for b in batches] if self.reference is not None else None
+            self.model.train(was_training)
+        drift = self._engine_drift(usable, chunks, old)
+
+        clip_low = self.cfg.clip_ratio
+        clip_high = self.cfg.clip_ratio_high if self.cfg.clip_ratio_high is not None else clip_low
+        losses, kls, clips, norms = [], [], [], []
+        self.model.train()
+        for _ in range(self.cfg.epochs_per_step):
+            self.optimizer.zero_grad(set_to_none=True)
+            for k, batch in enumerate(batches):
+                with autocast(self.device, self.cfg.bf16):
+                    logp = grpo.token_logprobs(self.model, batch, self.temperature)
+                per_token, clip_frac = grpo.policy_loss(logp, old[k], advantages[k], batch.loss_mask, clip_low, clip_high)
+                if ref is not None:
+                    kl_tok = grpo.kl_k3(logp, ref[k])
+                    per_token = per_token + self.cfg.kl_coef * kl_tok
+                    kls.append(((kl_tok * batch.loss_mask).sum() / batch.loss_mask.sum().clamp(min=1)).item())
+                loss = grpo.aggregate(per_token, batch.loss_mask, self.cfg.loss_agg, total_tokens, total_seqs)
+                loss.backward()
+                losses.append(loss.item())
+                clips.append(clip_frac.item())
+            norms.append(float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)))
+            self.optimizer.step()
+        lr = self.scheduler.get_last_lr()[0]
+        self.scheduler.step()
+        return {
+            "loss": sum(losses) / self.cfg.epochs_per_step,
+            "kl": statistics.fmean(kls) if kls else 0.0,
+            "grad_norm": statistics.fmean(norms),
+            "clip_frac": statistics.fmean(clips),
+            "lr": lr,
+            "logprob_drift": drift,
+        }
+
+    def _to_device(self, b: grpo.Batch) -> grpo.Batch:
+        return grpo.Batch(b.input_ids.to(self.device), b.attention_mask.to(self.device), b.loss_mask.to(self.device))
+
+    @staticmethod
+    def _engine_drift(usable: list[Trajectory], chunks: list[list[int]], old: list[torch.Tensor]) -> float:
+        """Mean |engine logprob - trainer logprob| over generated tokens: a token-level correctness check."""
+        total, count = 0.0, 0
+        for c, logp in zip(chunks, old):
+            for row, i in enumerate(c):
+                t = usable[i]
+                start = len(t.prompt_ids) - 1
+                for j, (m, lp) in enumerate(zip(t.response_mask, t.logprobs)):
+                    if m:
+                        total += abs(lp - logp[row, start + j].item())
+                        count += 1
+        return total / count if count else 0.0
+
+    def _metrics(self, trajectories: list[Trajectory]) -> dict[str, Any]:
+        rewards = [t.reward for t in trajectories]
+        n = len(trajectories)
+        calls = sum(t.tool_calls for t in trajectories)
+        metrics: dict[str, Any] = {
+            "step": self.step,
+            "reward_mean": statistics.fmean(rewards),
+            "reward_std": statistics.pstdev(rewards) if n > 1 else 0.0,
+            "tool_calls_per_trajectory": calls / n,
+            "tool_use": sum(1 for t in trajectories if t.tool_calls) / n,
+            "tool_error_rate": sum(t.tool_errors for t in trajectories) / calls if calls else 0.0,
+            "response_length": statistics.fmean(sum(t.response_mask) for t in trajectories),
+            "generate_s": statistics.fmean(t.generate_s for t in trajectories),
+            "tools_s": statistics.fmean(t.tools_s for t in trajectories),
+            "reward_errors": sum(1 for t in trajectories if t.reward_error),
+        }
+        components: dict[str, list[float]] = {}
+        for t in trajectories:
+            for k, v in t.reward_components.items():
+                components.setdefault(k, []).append(v)
+        metrics.update({f"reward/{k}": statistics.fmean(v) for k, v in sorted(components.items())})
+        metrics.update({f"stop/{k}": v for k, v in sorted(Counter(t.stop_reason for t in trajectories).items())})
+        return metrics

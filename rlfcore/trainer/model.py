@@ -1,0 +1,98 @@
+"""The policy model of a local run: loaded from a folder, or built tiny from the task's own text."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterator
+
+from rlfcore.chat import COMPACT_TEMPLATE, QWEN3_TEMPLATE, ByteChatTokenizer
+from rlfcore.config import RunConfig
+
+
+def resolve(path: str | None, base: Path) -> Path | None:
+    """A config path, relative to the config's folder."""
+    if path is None:
+        return None
+    p = Path(path)
+    return p if p.is_absolute() else base / p
+
+
+def texts_of(files: list[Path], template: str, tools: list[dict[str, Any]] | None = None) -> Iterator[str]:
+    """Every string in the rows of ``files``, and each conversation rendered with ``template`` and
+    ``tools``, so the tokenizer learns the prompt's fixed parts (tool list, special layout) too."""
+    renderer = ByteChatTokenizer(template)
+
+    def strings(value: Any) -> Iterator[str]:
+        if isinstance(value, str):
+            yield value
+        elif isinstance(value, dict):
+            for v in value.values():
+                yield from strings(v)
+        elif isinstance(value, list):
+            for v in value:
+                yield from strings(v)
+
+    for path in files:
+        with path.open() as f:
+            for line in f:
+                if not line.strip():
+                    continue
+                row = json.loads(line)
+                yield from strings(row)
+                messages = row.get("messages") or (row.get("prompt") if isinstance(row.get("prompt"), list) else None)
+                if messages:
+                    yield renderer.render(messages, tools, add_generation_prompt=False)
+
+
+def ensure_model(config: RunConfig, base: Path, tools: list[dict[str, Any]] | None = None) -> Path:
+    """``model.path``, built first from ``model.init`` when the folder does not exist yet."""
+    path = resolve(config.model.path, base)
+    if path is None:
+        raise ValueError("the config names no model: set model.path (and model.init to build a tiny one there)")
+    if (path / "config.json").exists():
+        return path
+    init = config.model.init
+    if init is None:
+        raise FileNotFoundError(f"model.path {path} has no model, and model.init is not set to build one")
+    from rlfcore.tinymodel import build_tiny
+
+    template = COMPACT_TEMPLATE if init.template == "compact" else QWEN3_TEMPLATE
+    files = [p for p in (resolve(t, base) for t in init.texts) if p is not None]
+    missing = [str(p) for p in files if not p.exists()]
+    if missing:
+        raise FileNotFoundError(f"model.init.texts: no such file: {', '.join(missing)}")
+    texts = list(texts_of(files, template, tools))
+    build_tiny(
+        texts,
+        path,
+        vocab_size=init.vocab_size,
+        template=template,
+        hidden_size=init.hidden_size,
+        num_layers=init.num_layers,
+        num_heads=init.num_heads,
+        num_kv_heads=init.num_kv_heads,
+        intermediate_size=init.intermediate_size,
+        seed=config.seed,
+    )
+    return path
+
+
+def load_policy(path: Path, device: str = "auto", dtype: str = "auto") -> tuple[Any, Any]:
+    """The model (in training mode, float32 unless asked otherwise) and its Hugging Face tokenizer."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rlfcore.engines.transformers import resolve_device
+
+    torch_dtype = {"auto": torch.float32, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, local_files_only=True)
+    model.to(resolve_device(device))
+    model.train()
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    return model, tokenizer
+
+
+def tool_schemas(runtime: Any) -> list[dict[str, Any]]:
+    """The schemas of every tool the run offers, for the tokenizer's training text."""
+    return [t.schema() for tools in runtime.tools.values() for t in tools.values()]

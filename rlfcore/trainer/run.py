@@ -1,0 +1,127 @@
+"""``rlf train`` and ``rlf sft`` as functions: prepare the model and data, train, write the run folder."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from rlfcore.config import RunConfig
+from rlfcore.data import read_rows
+from rlfcore.plugins import PluginManager
+from rlfcore.runtime import Runtime
+from rlfcore.trainer.model import ensure_model, load_policy, resolve, tool_schemas
+from rlfcore.trainer.rundir import RunDir
+
+Progress = Callable[[str, dict[str, Any]], None]
+"""Called as ``(phase, metrics)`` after every step: phase is ``sft`` or ``grpo``."""
+
+
+class RunDirError(ValueError):
+    """The run folder holds another run; resume it or choose another folder."""
+
+
+def open_run_dir(path: Path, resume: bool) -> RunDir:
+    if not resume and path.exists() and any((path / f).exists() for f in ("metrics.jsonl", "sft_metrics.jsonl", "checkpoints")):
+        raise RunDirError(f"{path} already holds a run: pass --resume to continue it, or choose another --run-dir")
+    return RunDir(path)
+
+
+def base_dir(config: RunConfig) -> Path:
+    return config.source.resolve().parent if config.source else Path.cwd()
+
+
+def train(config: RunConfig, manager: PluginManager, run_path: Path, resume: bool = False, progress: Progress | None = None) -> dict[str, Any]:
+    """SFT warm start (when ``sft.data`` is set), then GRPO; returns the run's summary."""
+    import torch
+
+    from rlfcore.trainer.local import LocalTrainer
+    from rlfcore.trainer.sft import train_sft
+
+    start = time.perf_counter()
+    base = base_dir(config)
+    if not config.data.train:
+        raise ValueError("the config names no training data: set data.train")
+    rows = read_rows(resolve(config.data.train, base))
+    run_dir = open_run_dir(run_path, resume)
+    run_dir.save_config(config)
+    torch.manual_seed(config.seed)
+    runtime = asyncio.run(Runtime.create(config, manager))
+    model_path = ensure_model(config, base, tool_schemas(runtime))
+
+    grpo_ckpt = run_dir.last_checkpoint("step_") if resume else None
+    sft_ckpt = run_dir.checkpoints / "sft"
+    sft_s = 0.0
+    if grpo_ckpt is None and config.sft.data and config.sft.steps:
+        if resume and (sft_ckpt / "trainer.pt").exists():
+            model_path = sft_ckpt / "model"
+        else:
+            run_dir.truncate_metrics(0, "sft_metrics.jsonl")
+            model, hf_tok = load_policy(model_path, config.trainer.device, config.model.dtype)
+            t0 = time.perf_counter()
+            train_sft(model, hf_tok, runtime, resolve(config.sft.data, base), run_dir, _phase(progress, "sft"))
+            sft_s = time.perf_counter() - t0
+            run_dir.save_checkpoint("sft", model, hf_tok, {"step": config.sft.steps})
+            model_path = sft_ckpt / "model"
+    elif grpo_ckpt is not None and (sft_ckpt / "trainer.pt").exists():
+        model_path = sft_ckpt / "model"
+
+    model, hf_tok = load_policy(model_path, config.trainer.device, config.model.dtype)
+    torch.manual_seed(config.seed)
+    trainer = LocalTrainer(runtime, model, hf_tok, rows, run_dir)
+    if grpo_ckpt is not None:
+        trainer.restore(grpo_ckpt)
+    t0 = time.perf_counter()
+    trainer.run(_phase(progress, "grpo"))
+    grpo_s = time.perf_counter() - t0
+    summary = summarize(run_dir.metrics(), sft_s=sft_s, grpo_s=grpo_s, total_s=time.perf_counter() - start)
+    (run_dir.path / "summary.json").write_text(json.dumps(summary, indent=2))
+    run_dir.curve(f"{config.source.stem if config.source else 'run'}: reward per step")
+    run_dir.close()
+    return summary
+
+
+def sft_only(config: RunConfig, manager: PluginManager, run_path: Path, progress: Progress | None = None) -> dict[str, Any]:
+    """``rlf sft``: the warm start alone; the model is saved in ``checkpoints/sft/model``."""
+    from rlfcore.trainer.sft import mean_loss, train_sft
+
+    base = base_dir(config)
+    if not config.sft.data:
+        raise ValueError("the config names no SFT data: set sft.data (JSONL of conversations)")
+    run_dir = open_run_dir(run_path, resume=False)
+    run_dir.save_config(config)
+    runtime = asyncio.run(Runtime.create(config, manager))
+    model, hf_tok = load_policy(ensure_model(config, base, tool_schemas(runtime)), config.trainer.device, config.model.dtype)
+    t0 = time.perf_counter()
+    history = train_sft(model, hf_tok, runtime, resolve(config.sft.data, base), run_dir, _phase(progress, "sft"))
+    path = run_dir.save_checkpoint("sft", model, hf_tok, {"step": config.sft.steps})
+    run_dir.close()
+    return {"steps": len(history), "loss_first": history[0]["loss"], "loss_last": mean_loss(history), "seconds": time.perf_counter() - t0, "model": str(path / "model")}
+
+
+def _phase(progress: Progress | None, phase: str) -> Callable[[dict[str, Any]], None] | None:
+    return (lambda m: progress(phase, m)) if progress is not None else None
+
+
+def summarize(metrics: list[dict[str, Any]], **times: float) -> dict[str, Any]:
+    """Reward and tool use over the first and last 10% of steps, and where the time went."""
+    if not metrics:
+        return {"steps": 0, **times}
+    k = max(1, len(metrics) // 10)
+
+    def mean(key: str, part: list[dict[str, Any]]) -> float:
+        return statistics.fmean(m.get(key, 0.0) for m in part)
+
+    first, last = metrics[:k], metrics[-k:]
+    return {
+        "steps": len(metrics),
+        "reward_first_10pct": mean("reward_mean", first),
+        "reward_last_10pct": mean("reward_mean", last),
+        "reward_gain": mean("reward_mean", last) - mean("reward_mean", first),
+        "tool_use_first_10pct": mean("tool_use", first),
+        "tool_use_last_10pct": mean("tool_use", last),
+        **times,
+    }

@@ -1,0 +1,139 @@
+"""A training run's folder: resolved config, metrics, sample trajectories, checkpoints, curve, summary.
+
+Everything is appended as it happens, so an interrupted run keeps what it finished and ``--resume``
+can continue from the last checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlfcore.config import RunConfig
+
+
+class RunDir:
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.checkpoints = self.path / "checkpoints"
+        self._tb: Any = None
+
+    # --- metrics ---------------------------------------------------------------------------------
+
+    def log(self, metrics: dict[str, Any], file: str = "metrics.jsonl") -> None:
+        with (self.path / file).open("a") as f:
+            f.write(json.dumps(metrics) + "\n")
+        tb = self._tensorboard()
+        if tb is not None and "step" in metrics:
+            prefix = "sft/" if file.startswith("sft") else ""
+            for k, v in metrics.items():
+                if isinstance(v, (int, float)) and k != "step":
+                    tb.add_scalar(prefix + k, v, metrics["step"])
+
+    def metrics(self, file: str = "metrics.jsonl") -> list[dict[str, Any]]:
+        path = self.path / file
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+
+    def truncate_metrics(self, after_step: int, file: str = "metrics.jsonl") -> None:
+        """Drop lines past a checkpoint: a resumed run writes them again."""
+        kept = [m for m in self.metrics(file) if m.get("step", 0) <= after_step]
+        (self.path / file).write_text("".join(json.dumps(m) + "\n" for m in kept))
+
+    def _tensorboard(self) -> Any:
+        if self._tb is None:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except Exception:  # tensorboard is optional
+                self._tb = False
+            else:
+                self._tb = SummaryWriter(str(self.path / "tensorboard"))
+        return self._tb or None
+
+    def samples(self, step: int, records: list[dict[str, Any]]) -> None:
+        folder = self.path / "samples"
+        folder.mkdir(exist_ok=True)
+        with (folder / f"step_{step:06d}.jsonl").open("w") as f:
+            for r in records:
+                f.write(json.dumps(r, ensure_ascii=False) + "\n")
+
+    # --- checkpoints -----------------------------------------------------------------------------
+
+    def save_checkpoint(self, name: str, model: Any, tokenizer: Any, state: dict[str, Any]) -> Path:
+        """Model (Hugging Face folder), tokenizer, and trainer state with every RNG; written atomically."""
+        final = self.checkpoints / name
+        tmp = self.checkpoints / f".{name}.tmp"
+        tmp.mkdir(parents=True, exist_ok=True)
+        model.save_pretrained(tmp / "model")
+        if tokenizer is not None:
+            tokenizer.save_pretrained(tmp / "model")
+        state = {**state, "rng": rng_state()}
+        torch.save(state, tmp / "trainer.pt")
+        if final.exists():
+            import shutil
+
+            shutil.rmtree(final)
+        tmp.rename(final)
+        return final
+
+    def last_checkpoint(self, prefix: str = "step_") -> Path | None:
+        found = sorted(p for p in self.checkpoints.glob(f"{prefix}*") if (p / "trainer.pt").exists())
+        return found[-1] if found else None
+
+    def save_config(self, config: RunConfig) -> None:
+        config.save(self.path / "config.yaml")
+
+    # --- the end ---------------------------------------------------------------------------------
+
+    def curve(self, title: str = "reward") -> Path | None:
+        """reward_curve.png: the mean reward per step and its moving average."""
+        metrics = self.metrics()
+        if not metrics:
+            return None
+        try:
+            import matplotlib
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError:
+            return None
+        steps = [m["step"] for m in metrics]
+        rewards = [m["reward_mean"] for m in metrics]
+        window = max(1, len(rewards) // 10)
+        smooth = [sum(rewards[max(0, i - window + 1) : i + 1]) / len(rewards[max(0, i - window + 1) : i + 1]) for i in range(len(rewards))]
+        fig, ax = plt.subplots(figsize=(7, 4))
+        ax.plot(steps, rewards, alpha=0.35, label="reward (step mean)")
+        ax.plot(steps, smooth, label=f"moving average ({window})")
+        if "tool_use" in metrics[0]:
+            ax.plot(steps, [m["tool_use"] for m in metrics], alpha=0.6, label="tool use")
+        ax.set_xlabel("step")
+        ax.set_ylim(-0.05, 1.05) if all(0 <= r <= 1 for r in rewards) else None
+        ax.set_title(title)
+        ax.legend()
+        fig.tight_layout()
+        out = self.path / "reward_curve.png"
+        fig.savefig(out, dpi=100)
+        plt.close(fig)
+        return out
+
+    def close(self) -> None:
+        if self._tb:
+            self._tb.close()
+
+
+def rng_state() -> dict[str, Any]:
+    state = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])

@@ -1,0 +1,100 @@
+"""Supervised warm start on multi-turn conversations, loss on the assistant's tokens only.
+
+Conversations are tokenised by :class:`~rlfcore.sequences.SequenceBuilder`, the same code that builds
+RL sequences, so the model learns exactly the token layout it will generate in rollouts.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from rlfcore.chat import HFChatTokenizer
+from rlfcore.runtime import Runtime
+from rlfcore.sequences import Sequence, SequenceBuilder
+from rlfcore.trainer import grpo
+from rlfcore.trainer.local import autocast, schedule
+from rlfcore.trainer.rundir import RunDir
+
+
+def read_conversations(path: Path, runtime: Runtime, tok: HFChatTokenizer) -> list[Sequence]:
+    """JSONL rows with ``messages`` (and optionally ``env``): token sequences with loss masks.
+
+    The tools of the row's environment are rendered into the prompt, as in rollouts.
+    """
+    builder = SequenceBuilder(tok)
+    out = []
+    with path.open() as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            messages = row.get("messages")
+            if not isinstance(messages, list):
+                raise ValueError(f"{path}:{n}: an SFT row needs 'messages', a list of chat messages")
+            env = runtime.env_of({"env": row.get("env"), "id": row.get("id", n)})
+            tools = [t.schema() for t in runtime.tools_for(env).values()] or None
+            out.append(builder.conversation(messages, tools))
+    if not out:
+        raise ValueError(f"{path}: no conversations")
+    return out
+
+
+def train_sft(
+    model: Any,
+    hf_tokenizer: Any,
+    runtime: Runtime,
+    data: Path,
+    run_dir: RunDir,
+    on_step: Callable[[dict[str, Any]], None] | None = None,
+) -> list[dict[str, Any]]:
+    """Cross-entropy on assistant tokens for ``sft.steps`` steps of ``sft.batch_size`` conversations."""
+    cfg = runtime.config.sft
+    tok = HFChatTokenizer(hf_tokenizer)
+    sequences = read_conversations(data, runtime, tok)
+    device = next(model.parameters()).device
+    pad = hf_tokenizer.pad_token_id if hf_tokenizer.pad_token_id is not None else tok.eos_token_ids[0]
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule("constant", cfg.warmup_steps, cfg.steps))
+    rng = random.Random(f"sft/{runtime.config.seed}")
+    model.train()
+    history = []
+    for step in range(1, cfg.steps + 1):
+        t0 = time.perf_counter()
+        batch_seqs = [sequences[rng.randrange(len(sequences))] for _ in range(cfg.batch_size)]
+        b = grpo.collate([s.prompt_ids for s in batch_seqs], [s.response_ids for s in batch_seqs], [s.response_mask for s in batch_seqs], pad)
+        b = grpo.Batch(b.input_ids.to(device), b.attention_mask.to(device), b.loss_mask.to(device))
+        with autocast(device, runtime.config.trainer.bf16):
+            logp = grpo.token_logprobs(model, b)
+        loss = -(logp * b.loss_mask).sum() / b.loss_mask.sum().clamp(min=1)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), runtime.config.trainer.max_grad_norm))
+        optimizer.step()
+        scheduler.step()
+        token_acc = _token_accuracy(model, b) if step % 50 == 0 or step == cfg.steps else None
+        metrics = {"step": step, "loss": loss.item(), "grad_norm": norm, "lr": scheduler.get_last_lr()[0], "step_s": time.perf_counter() - t0}
+        if token_acc is not None:
+            metrics["token_accuracy"] = token_acc
+        run_dir.log(metrics, "sft_metrics.jsonl")
+        history.append(metrics)
+        if on_step is not None:
+            on_step(metrics)
+    return history
+
+
+@torch.no_grad()
+def _token_accuracy(model: Any, b: grpo.Batch) -> float:
+    logits = model(input_ids=b.input_ids, attention_mask=b.attention_mask).logits[:, :-1]
+    hits = (logits.argmax(-1) == b.input_ids[:, 1:]).float() * b.loss_mask
+    return (hits.sum() / b.loss_mask.sum().clamp(min=1)).item()
+
+
+def mean_loss(history: list[dict[str, Any]], last: int = 20) -> float:
+    return statistics.fmean(m["loss"] for m in history[-last:]) if history else float("nan")
