@@ -38,6 +38,10 @@ class OpenAIEngine(Engine):
     encoding ``choices[0].text`` with ``tokenizer``. That last path is *not* token-exact: the text may
     encode to other ids than the model sampled, and logprobs are dropped when the counts disagree.
 
+    Logprobs are whatever the server reports: vLLM's default is the temperature-1 distribution; serve
+    with ``--logprobs-mode processed_logprobs`` (and no top-k/top-p) for the temperature-T logprobs
+    the local trainer computes (checked against vLLM 0.32 in tests/test_vllm_server.py).
+
     A server that stops on a stop token may leave that token out (vLLM does so for EOS in some
     versions); the engine then appends it, so ``token_ids`` end with it as :class:`Generation`
     promises: the id the server names in ``stop_reason`` (vLLM) or ``matched_stop`` (SGLang), else the

@@ -62,7 +62,8 @@ class TransformersEngine(Engine):
     as dynamic RoPE frequencies, must stay usable by the trainer's autograd.)
 
     Logprobs are those of the model's distribution at the request's temperature,
-    ``log_softmax(logits / T)``, *before* top-k/top-p filtering, as vLLM and verl report them; with
+    ``log_softmax(logits / T)``, *before* top-k/top-p filtering, as the trainer computes them (vLLM
+    reports temperature-1 logprobs unless served with ``--logprobs-mode processed_logprobs``); with
     ``T = 0`` (greedy) they are ``log_softmax(logits)``. A ``seed`` gives the request its own
     ``torch.Generator``, so its samples do not depend on what else shares the batch; requests without
     one draw from torch's global generator.

@@ -112,26 +112,39 @@ class ServerConnection:
         await asyncio.shield(self._first)
 
     async def call(self, tool: str, arguments: dict[str, Any]) -> types.CallToolResult:
-        """Call one tool on the current session (waiting for a restart in progress)."""
-        await self._ready.wait()
-        session, generation = self._session, self._generation
-        if session is None:
-            raise ServerDown(self._down or f"MCP server {self.name!r} is not running")
-        try:
-            result = await session.call_tool(tool, arguments)
-        except MCPError as exc:
-            if exc.code != types.CONNECTION_CLOSED:
+        """Call one tool on the current session (waiting for a restart in progress).
+
+        A remote server that lost our session (it restarted: HTTP 404) never ran the call, so it is
+        sent again, once, on a new session.
+        """
+        for attempt in range(2):
+            await self._ready.wait()
+            session, generation = self._session, self._generation
+            if session is None:
+                raise ServerDown(self._down or f"MCP server {self.name!r} is not running")
+            try:
+                result = await session.call_tool(tool, arguments)
+            except MCPError as exc:
+                if exc.code == types.CONNECTION_CLOSED:
+                    self._mark_broken(generation, "its connection closed")
+                    raise self._gone() from None
+                if not (self._session_lost(exc) and attempt == 0):
+                    raise
+                self._mark_broken(generation, f"it lost the session ({exc.message}); it probably restarted")
+                continue
+            except asyncio.CancelledError:  # the caller's timeout: the server may be hung
+                self._check_alive(session, generation)
                 raise
-            self._mark_broken(generation, "its connection closed")
-            raise self._gone() from None
-        except asyncio.CancelledError:  # the caller's timeout: the server may be hung
-            self._check_alive(session, generation)
-            raise
-        except _TRANSPORT_ERRORS as exc:
-            self._mark_broken(generation, f"the transport failed: {type(exc).__name__}: {exc}")
-            raise self._gone() from None
-        self._failures = 0
-        return result
+            except _TRANSPORT_ERRORS as exc:
+                self._mark_broken(generation, f"the transport failed: {type(exc).__name__}: {exc}")
+                raise self._gone() from None
+            self._failures = 0
+            return result
+        raise AssertionError("unreachable: the second attempt returns or raises")
+
+    def _session_lost(self, exc: MCPError) -> bool:
+        """Streamable HTTP's 404 for an unknown session id (the SDK's client and server both say "session")."""
+        return self.spec.transport != "stdio" and exc.code == types.INVALID_REQUEST and "session" in exc.message.lower()
 
     async def close(self) -> None:
         """End the session and stop the server (stdio: stdin closed, then SIGTERM, then SIGKILL)."""
@@ -166,7 +179,9 @@ class ServerConnection:
             if self._stop.is_set():
                 break
             if not self._first.done():
-                self._give_up(f"MCP server {self.name!r} ({self.spec.describe()}) could not start: {reason}")
+                self._give_up(
+                    f"MCP server {self.name!r} ({self.spec.describe()}, from {self.spec.where}) could not start: {reason}"
+                )
                 self._first.set_exception(ServerDown(self._down))
                 return
             self._failures += 1
@@ -246,7 +261,8 @@ class ServerConnection:
     def _gone(self) -> Exception:
         if self._stop.is_set():
             return ServerDown(self._down or f"MCP server {self.name!r} was shut down during the call")
-        return ServerGone(f"MCP server {self.name!r} died during the call ({self._why}); it is being restarted")
+        then = "it is being restarted" if self.spec.transport == "stdio" else "reconnecting"
+        return ServerGone(f"MCP server {self.name!r} died during the call ({self._why}); {then}")
 
     def _give_up(self, message: str) -> None:
         self._down = message

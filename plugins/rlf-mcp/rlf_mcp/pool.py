@@ -21,7 +21,7 @@ import atexit
 import concurrent.futures
 import os
 import threading
-from typing import TYPE_CHECKING, Any, Coroutine, TypeVar
+from typing import TYPE_CHECKING, Any, Coroutine, TypeVar, cast
 
 if TYPE_CHECKING:
     from rlf_mcp.connection import Policy, ServerConnection
@@ -84,11 +84,12 @@ class Pool:
         for result in results:
             if isinstance(result, BaseException):
                 raise result
-        return list(results)  # type: ignore[arg-type]
+        return cast("list[ServerConnection]", results)
 
     def connections(self) -> list[ServerConnection]:
         """Every connection that started (for figures and tests)."""
-        return [t.result() for t in self._starts.values() if t.done() and not t.cancelled() and t.exception() is None]
+        tasks = list(self._starts.values())  # may be read from another thread while the loop adds one
+        return [t.result() for t in tasks if t.done() and not t.cancelled() and t.exception() is None]
 
     async def close_all(self) -> None:
         """Close every connection ever created here, those still starting or given up included."""

@@ -99,6 +99,7 @@ def test_64_concurrent_calls_over_one_http_session(tools):
 
 
 def test_a_remote_server_that_goes_away_fails_calls_and_is_reconnected_when_back(remotes, tools):
+    """Calls in flight when it stops fail; once it is back, a new session serves the next calls."""
     http, _ = remotes
 
     async def stop_mid_call():
@@ -109,9 +110,15 @@ def test_a_remote_server_that_goes_away_fails_calls_and_is_reconnected_when_back
         return await in_flight
 
     for result in asyncio.run(stop_mid_call()):
-        assert result.error == "transient" and "MCP server 'remote'" in result.content
+        assert result.error == "transient" and "MCP server 'remote' died during the call" in result.content
+        assert "reconnecting" in result.content
     http.launch().wait_listening()
     assert call(tools, "echo", timeout_s=30, text="back").content == "back"
+    # restarted between two calls: the new server does not know our session (HTTP 404), which never
+    # ran the call, so it is sent again on a new session and the model sees no error
+    http.stop()
+    http.launch().wait_listening()
+    assert call(tools, "echo", timeout_s=30, text="transparent").content == "transparent"
 
 
 def test_the_sse_transport(remotes):

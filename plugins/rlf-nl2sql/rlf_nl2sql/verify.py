@@ -1,16 +1,18 @@
 """Verification by execution: run the final SQL and the gold SQL, compare the results.
 
-A :class:`Verifier` checks many samples in parallel on a pool of processes or threads. sqlite3
-releases the GIL only while SQLite steps through a statement; on short queries like GeoQuery's most
-of a check is Python (reading the answer, the authorizer's callbacks, building and comparing rows),
-so threads contend for the GIL and processes go faster (``benchmarks/verify_throughput.py``
-measures both against a plain serial loop). Processes are started with ``spawn``, never ``fork``:
-a trainer's process holds threads and GPU state that a fork would copy half-made.
+A :class:`Verifier` checks samples on a pool of worker threads (or processes), so verification
+never blocks the event loop that drives generation. sqlite3 releases the GIL only while SQLite
+steps through a statement; on short queries like GeoQuery's most of a check is Python (reading the
+answer, the authorizer's callbacks, building and comparing rows), so neither threads nor processes
+beat one thread by much on a small machine, and threads cost less to hand work to
+(``benchmarks/verify_throughput.py`` measures both against a plain serial loop). Processes, for
+long queries on many cores, are started with ``spawn``, never ``fork``: a trainer's process holds
+threads and GPU state that a fork would copy half-made.
 
 Samples verified in the same event-loop turn (a group's, gathered) go to the pool in a few chunks
 rather than one task each. Each worker keeps one read-only :class:`~rlf_nl2sql.database.Session`
-per database, and a gold query's result is computed once per worker and shared by every sample of
-its group. Every query has a time limit (the sessions' progress handler), so no worker can hang.
+per database, and a gold query's result is computed once (once per process, with processes) and
+shared by every sample of its group, also while in flight. Every query has a time limit (the sessions' progress handler), so no worker can hang.
 """
 
 from __future__ import annotations
@@ -64,7 +66,7 @@ class _Gold:
 class Verifier:
     """Verifies final answers against gold SQL, in parallel, with per-query time limits."""
 
-    def __init__(self, options: VerifyOptions = VerifyOptions(), workers: int | None = None, pool: PoolKind = "process"):
+    def __init__(self, options: VerifyOptions = VerifyOptions(), workers: int | None = None, pool: PoolKind = "thread"):
         self.options = options
         self.workers = workers or min(DEFAULT_MAX_WORKERS, os.cpu_count() or 1)
         self.pool = pool
