@@ -1,7 +1,8 @@
 """What each plugin provides (hooks, tools, parsers), for ``rlf plugins list`` and ``check``.
 
 Tools and parsers are found by calling the registration hooks with the plugin's default settings (or
-the run config's, when one is given), so this imports each plugin but nothing heavy.
+the run config's, when one is given) and ``ctx.listing`` set, so plugins answer without starting
+servers or loading data.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def registered(manager: PluginManager, hook: str, name: str, config: RunConfig |
         settings = config.settings(name) if config is not None else None
         if settings is None:
             settings = default_settings(manager, name)
-        ctx = SetupContext(plugin=name, settings=settings, config=config)
+        ctx = SetupContext(plugin=name, settings=settings, config=config, listing=True)
         return run_sync(impl.function(*[ctx for _ in impl.argnames]))
     return None
 

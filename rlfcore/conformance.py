@@ -19,6 +19,7 @@ from rlfcore.plugins import PluginError, PluginManager
 from rlfcore.types import Example, Tool
 
 SYNC_ONLY = ("register_config_schema", "register_parsers", "register_engines", "register_examples")
+"""Hooks the core calls synchronously: an ``async def`` implementation of one is an error."""
 
 
 @dataclass
@@ -136,10 +137,13 @@ def _smoke(report: CheckReport, manager: PluginManager, name: str) -> None:
     bad += [f"parser {p!r} is not callable" for p in parsers]
     report.add("registers tools and parsers", not bad, "; ".join(bad) or _provides(runtime, name))
     examples = runtime.examples.get(name) or _synthesized(tools)
-    if not examples:
-        report.add("smoke rollout", True, "nothing to run: the plugin provides no tools and no examples", warning=True)
-        return
-    asyncio.run(_run_examples(report, runtime, name, examples, synthesized=name not in runtime.examples))
+    try:
+        if not examples:
+            report.add("smoke rollout", True, "nothing to run: the plugin provides no tools and no examples", warning=True)
+            return
+        asyncio.run(_run_examples(report, runtime, name, examples, synthesized=not runtime.examples.get(name)))
+    finally:
+        asyncio.run(runtime.aclose())
 
 
 def _provides(runtime: Any, name: str) -> str:

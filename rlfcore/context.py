@@ -23,20 +23,23 @@ class SetupContext:
 
     ``settings`` is the calling plugin's own validated config section (its schema's defaults when the
     config has no section for it, ``None`` when it registers no schema); ``config`` is the whole run
-    config, ``None`` outside a run (``rlf plugins list``).
+    config, ``None`` outside a run. ``listing`` is true when the call only shows what the plugin
+    provides (``rlf plugins list``): skip work that starts processes or loads data, answering what
+    is known without it.
     """
 
     plugin: str
     settings: BaseModel | None = None
     config: RunConfig | None = None
+    listing: bool = False
 
 
 @dataclass
 class TurnContext:
     """For the per-turn hooks of one trajectory.
 
-    ``env`` is the sample's environment (the plugin that owns it), ``settings`` that plugin's config
-    section, ``tools`` the tools this sample may call, ``messages`` the conversation so far (this
+    ``env`` is the sample's environment, ``settings`` the config section of the plugin whose hook is
+    called (``None`` for the built-ins), ``tools`` the tools this sample may call, ``messages`` the conversation so far (this
     turn's assistant message is appended once ``parse_tool_calls`` has answered), ``parser`` the configured tool-call format, ``runtime``
     the run's shared services (executor, parsers, tokenizer) for the built-in implementations.
     """
@@ -55,7 +58,8 @@ class TurnContext:
 
 @dataclass
 class ScoreContext:
-    """For the reward hooks. ``group`` holds every sample of the same prompt (GRPO's group)."""
+    """For the reward hooks. ``group`` holds every sample of the same prompt (GRPO's group);
+    ``settings`` is the config section of the plugin whose hook is called."""
 
     env: str | None
     settings: BaseModel | None = None

@@ -8,6 +8,7 @@ in pluggy's order, awaiting what is awaitable.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 from typing import Any
 
@@ -22,6 +23,12 @@ async def resolve(value: Any) -> Any:
 
 
 def _args(impl: pluggy.HookImpl, kwargs: dict[str, Any]) -> list[Any]:
+    """The arguments an implementation asked for; a context gets the implementing plugin's settings."""
+    ctx = kwargs.get("ctx")
+    if ctx is not None and "ctx" in impl.argnames and getattr(ctx, "runtime", None) is not None:
+        own = ctx.runtime.config.settings(impl.plugin_name)
+        if own is not ctx.settings:
+            kwargs = {**kwargs, "ctx": dataclasses.replace(ctx, settings=own)}
     return [kwargs[name] for name in impl.argnames]
 
 

@@ -95,6 +95,19 @@ def register_examples(ctx: SetupContext) -> list[Example] | None:
     """
 
 
+# --- Lifecycle --------------------------------------------------------------------------------------
+
+
+@hookspec
+def shutdown(ctx: SetupContext) -> None:
+    """Release what the plugin started for the run: server processes, sessions, threads, files.
+
+    Called once per plugin with a registration hook's context when the run's runtime closes, after
+    the last rollout and score, and also when the run fails or is interrupted. Collect-all; may be
+    async; an exception is logged and never stops the other plugins' shutdown.
+    """
+
+
 # --- Rollout: called on every turn of a trajectory ------------------------------------------------
 
 

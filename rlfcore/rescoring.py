@@ -41,7 +41,8 @@ async def rescore_file(config: RunConfig, manager: PluginManager, src: Path, dst
     for t in trajectories:  # a reward iterated on in another config may name its environment differently
         if t.env not in runtime.environments:
             t.env = runtime.env_of({"id": t.row_id})
-    await RewardPipeline(runtime).score(trajectories)
+    async with runtime:
+        await RewardPipeline(runtime).score(trajectories)
     with dst.open("w") as f:
         for t in trajectories:
             f.write(json.dumps(t.record(), ensure_ascii=False) + "\n")

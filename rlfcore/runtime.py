@@ -9,6 +9,8 @@ from __future__ import annotations
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
+import logging
+
 import pluggy
 
 from rlfcore.context import SetupContext
@@ -21,6 +23,9 @@ if TYPE_CHECKING:
     from rlfcore.config import RunConfig
     from rlfcore.executor import ToolExecutor
     from rlfcore.plugins import PluginManager
+
+
+log = logging.getLogger(__name__)
 
 
 class RoutingError(ValueError):
@@ -38,6 +43,7 @@ class Runtime:
         self.examples: dict[str, list[Example]] = {}
         self.engines: dict[str, Callable[..., Engine]] = {}
         self._ready = False
+        self._closed = False
 
     @classmethod
     async def create(cls, config: RunConfig, plugins: PluginManager) -> Runtime:
@@ -66,6 +72,24 @@ class Runtime:
         for impl in self.plugins.impls("register_examples"):
             self.examples[impl.plugin_name] = list(impl.function(*self._setup_args(impl)) or [])
         self._ready = True
+
+    async def aclose(self) -> None:
+        """Call every plugin's ``shutdown`` once; a failing one is logged, the others still run."""
+        if self._closed:
+            return
+        self._closed = True
+        for impl in self.plugins.impls("shutdown"):
+            try:
+                await resolve(impl.function(*self._setup_args(impl)))
+            except Exception:  # one plugin's cleanup must not keep the others' servers alive
+                log.exception("plugin '%s' failed to shut down", impl.plugin_name)
+
+    async def __aenter__(self) -> Runtime:
+        await self.setup()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
     def _setup_args(self, impl: pluggy.HookImpl) -> list[Any]:
         ctx = SetupContext(plugin=impl.plugin_name, settings=self.config.settings(impl.plugin_name), config=self.config)

@@ -56,7 +56,10 @@ def registered(manager: PluginManager, obj: object, name: str) -> Iterator[Plugi
 def make_runtime(
     config: Mapping[str, Any] | str | Path, plugins: Mapping[str, object] | None = None, overrides: list[str] | None = None
 ) -> Runtime:
-    """Validate ``config`` (a dict or a YAML path) with ``plugins`` registered, and set the runtime up."""
+    """Validate ``config`` (a dict or a YAML path) with ``plugins`` registered, and set the runtime up.
+
+    Close it with ``asyncio.run(runtime.aclose())`` when plugins started servers.
+    """
     manager = make_manager(plugins)
     cfg: RunConfig
     cfg, manager = load_config(dict(config) if isinstance(config, Mapping) else config, overrides, manager=manager)
@@ -81,9 +84,10 @@ def rollout(
 async def _rollout(runtime: Runtime, rows: Sequence[Mapping[str, Any]], script: Policy, score: bool) -> list[Trajectory]:
     tokenizer = ByteChatTokenizer()
     loop = Rollout(runtime, ScriptedEngine(tokenizer, script), tokenizer)
-    trajectories = await loop.run([normalize_row(dict(r), i) for i, r in enumerate(rows)])
-    if score:
-        await RewardPipeline(runtime).score(trajectories)
+    async with runtime:
+        trajectories = await loop.run([normalize_row(dict(r), i) for i, r in enumerate(rows)])
+        if score:
+            await RewardPipeline(runtime).score(trajectories)
     return trajectories
 
 

@@ -230,3 +230,32 @@ def test_engine_sees_the_configured_sampling_parameters_every_turn():
     asyncio.run(Rollout(runtime, engine, tok).run([normalize_row({"id": "q", "prompt": "x"})]))
     assert len(seen) == 3 and all(p.temperature == 0.7 and p.top_p == 0.9 and p.max_tokens == 64 for p in seen)
     assert all(tok.eos_token_ids[0] in p.stop_token_ids for p in seen)
+
+
+class Sized:
+    """Two plugins in one environment, each reading its own settings in the same hook chain."""
+
+    def __init__(self, name):
+        self.name = name
+        self.seen = []
+
+    @hookimpl
+    def register_config_schema(self):
+        from pydantic import BaseModel
+
+        class Settings(BaseModel):
+            label: str = "default"
+
+        return Settings
+
+    @hookimpl
+    def parse_tool_calls(self, text, ctx):
+        self.seen.append(ctx.settings.label)
+        return None
+
+
+def test_each_plugin_sees_its_own_settings_in_a_shared_environment():
+    first, second = Sized("first"), Sized("second")
+    config = {"plugins": ["first", "second"], "envs": {"both": ["first", "second"]}, "first": {"label": "one"}, "second": {"label": "two"}}
+    rollout(config, [{"id": "q", "prompt": "x"}], {"q": ["done"]}, {"first": first, "second": second})
+    assert first.seen == ["one"] and second.seen == ["two"]

@@ -53,6 +53,7 @@ def eval_command(config_path: str, overrides: tuple[str, ...], engine: str | Non
                 _, summary = await evaluate(runtime, model, tokenizer, rows, f, on_group=advance)
             finally:
                 await model.close()
+                await runtime.aclose()
         return summary
 
     summary = asyncio.run(main())

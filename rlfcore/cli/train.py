@@ -114,7 +114,10 @@ def init_model(config_path: str, overrides: tuple[str, ...]) -> None:
 
     config, manager = load_config(config_path, list(overrides))
     runtime = asyncio.run(Runtime.create(config, manager))
-    path = ensure_model(config, base_dir(config), tool_schemas(runtime))
+    try:
+        path = ensure_model(config, base_dir(config), tool_schemas(runtime))
+    finally:
+        asyncio.run(runtime.aclose())
     model, _ = load_policy(path, "cpu")
     click.echo(f"{describe(model)} at {path}")
 

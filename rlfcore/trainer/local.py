@@ -158,8 +158,11 @@ class LocalTrainer:
         if not usable:
             return {"loss": 0.0, "kl": 0.0, "grad_norm": 0.0, "clip_frac": 0.0, "lr": self.scheduler.get_last_lr()[0]}
         adv = grpo.group_advantages([t.reward for t in usable], [t.row_id for t in usable], self.cfg.std_normalize)
+        # A sample whose advantage is 0 (its whole group scored alike) adds nothing to the gradient
+        # without a KL term: it still counts in the normalisation, but needs no forward pass.
+        active = [i for i, a in enumerate(adv) if a != 0.0 or self.reference is not None]
         micro = self.cfg.micro_batch_size
-        chunks = [list(range(i, min(i + micro, len(usable)))) for i in range(0, len(usable), micro)]
+        chunks = [active[i : i + micro] for i in range(0, len(active), micro)]
         batches = [
             grpo.collate(
                 [usable[i].prompt_ids for i in c], [usable[i].response_ids for i in c], [usable[i].response_mask for i in c], self.pad_id
@@ -171,13 +174,17 @@ class LocalTrainer:
         total_tokens = float(sum(sum(t.response_mask) for t in usable))
         total_seqs = float(len(usable))
 
+        # One pass over the batch is exactly on-policy: the old logprobs are this forward's own
+        # (detached), so the extra no-grad forward that several epochs need is skipped.
+        on_policy = self.cfg.epochs_per_step == 1
+        old: list[torch.Tensor] = []
+        ref: list[torch.Tensor] | None = None
         with torch.no_grad(), autocast(self.device, self.cfg.bf16):
-            was_training = self.model.training
-            self.model.eval()
-            old = [grpo.token_logprobs(self.model, b, self.temperature) for b in batches]
-            ref = [grpo.token_logprobs(self.reference, b, self.temperature) for b in batches] if self.reference is not None else None
-            self.model.train(was_training)
-        drift = self._engine_drift(usable, chunks, old)
+            if not on_policy:
+                self.model.eval()
+                old = [grpo.token_logprobs(self.model, b, self.temperature) for b in batches]
+            if self.reference is not None:
+                ref = [grpo.token_logprobs(self.reference, b, self.temperature) for b in batches]
 
         clip_low = self.cfg.clip_ratio
         clip_high = self.cfg.clip_ratio_high if self.cfg.clip_ratio_high is not None else clip_low
@@ -188,6 +195,8 @@ class LocalTrainer:
             for k, batch in enumerate(batches):
                 with autocast(self.device, self.cfg.bf16):
                     logp = grpo.token_logprobs(self.model, batch, self.temperature)
+                if on_policy:
+                    old.append(logp.detach())
                 per_token, clip_frac = grpo.policy_loss(logp, old[k], advantages[k], batch.loss_mask, clip_low, clip_high)
                 if ref is not None:
                     kl_tok = grpo.kl_k3(logp, ref[k])
@@ -197,15 +206,18 @@ class LocalTrainer:
                 loss.backward()
                 losses.append(loss.item())
                 clips.append(clip_frac.item())
-            norms.append(float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)))
-            self.optimizer.step()
+            if chunks:
+                norms.append(float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)))
+            self.optimizer.step()  # without gradients it changes nothing, and keeps the schedule in step
+        drift = self._engine_drift(usable, chunks, old)
         lr = self.scheduler.get_last_lr()[0]
         self.scheduler.step()
         return {
             "loss": sum(losses) / self.cfg.epochs_per_step,
             "kl": statistics.fmean(kls) if kls else 0.0,
-            "grad_norm": statistics.fmean(norms),
-            "clip_frac": statistics.fmean(clips),
+            "grad_norm": statistics.fmean(norms) if norms else 0.0,
+            "clip_frac": statistics.fmean(clips) if clips else 0.0,
+            "active_fraction": len(active) / len(usable),
             "lr": lr,
             "logprob_drift": drift,
         }

@@ -50,33 +50,36 @@ def train(config: RunConfig, manager: PluginManager, run_path: Path, resume: boo
     run_dir.save_config(config)
     torch.manual_seed(config.seed)
     runtime = asyncio.run(Runtime.create(config, manager))
-    model_path = ensure_model(config, base, tool_schemas(runtime))
+    try:
+        model_path = ensure_model(config, base, tool_schemas(runtime))
 
-    grpo_ckpt = run_dir.last_checkpoint("step_") if resume else None
-    sft_ckpt = run_dir.checkpoints / "sft"
-    sft_s = 0.0
-    if grpo_ckpt is None and config.sft.data and config.sft.steps:
-        if resume and (sft_ckpt / "trainer.pt").exists():
+        grpo_ckpt = run_dir.last_checkpoint("step_") if resume else None
+        sft_ckpt = run_dir.checkpoints / "sft"
+        sft_s = 0.0
+        if grpo_ckpt is None and config.sft.data and config.sft.steps:
+            if resume and (sft_ckpt / "trainer.pt").exists():
+                model_path = sft_ckpt / "model"
+            else:
+                run_dir.truncate_metrics(0, "sft_metrics.jsonl")
+                model, hf_tok = load_policy(model_path, config.trainer.device, config.model.dtype)
+                t0 = time.perf_counter()
+                train_sft(model, hf_tok, runtime, resolve(config.sft.data, base), run_dir, _phase(progress, "sft"))
+                sft_s = time.perf_counter() - t0
+                run_dir.save_checkpoint("sft", model, hf_tok, {"step": config.sft.steps})
+                model_path = sft_ckpt / "model"
+        elif grpo_ckpt is not None and (sft_ckpt / "trainer.pt").exists():
             model_path = sft_ckpt / "model"
-        else:
-            run_dir.truncate_metrics(0, "sft_metrics.jsonl")
-            model, hf_tok = load_policy(model_path, config.trainer.device, config.model.dtype)
-            t0 = time.perf_counter()
-            train_sft(model, hf_tok, runtime, resolve(config.sft.data, base), run_dir, _phase(progress, "sft"))
-            sft_s = time.perf_counter() - t0
-            run_dir.save_checkpoint("sft", model, hf_tok, {"step": config.sft.steps})
-            model_path = sft_ckpt / "model"
-    elif grpo_ckpt is not None and (sft_ckpt / "trainer.pt").exists():
-        model_path = sft_ckpt / "model"
 
-    model, hf_tok = load_policy(model_path, config.trainer.device, config.model.dtype)
-    torch.manual_seed(config.seed)
-    trainer = LocalTrainer(runtime, model, hf_tok, rows, run_dir)
-    if grpo_ckpt is not None:
-        trainer.restore(grpo_ckpt)
-    t0 = time.perf_counter()
-    trainer.run(_phase(progress, "grpo"))
-    grpo_s = time.perf_counter() - t0
+        model, hf_tok = load_policy(model_path, config.trainer.device, config.model.dtype)
+        torch.manual_seed(config.seed)
+        trainer = LocalTrainer(runtime, model, hf_tok, rows, run_dir)
+        if grpo_ckpt is not None:
+            trainer.restore(grpo_ckpt)
+        t0 = time.perf_counter()
+        trainer.run(_phase(progress, "grpo"))
+        grpo_s = time.perf_counter() - t0
+    finally:
+        asyncio.run(runtime.aclose())
     summary = summarize(run_dir.metrics(), sft_s=sft_s, grpo_s=grpo_s, total_s=time.perf_counter() - start)
     (run_dir.path / "summary.json").write_text(json.dumps(summary, indent=2))
     run_dir.curve(f"{config.source.stem if config.source else 'run'}: reward per step")
@@ -94,9 +97,12 @@ def sft_only(config: RunConfig, manager: PluginManager, run_path: Path, progress
     run_dir = open_run_dir(run_path, resume=False)
     run_dir.save_config(config)
     runtime = asyncio.run(Runtime.create(config, manager))
-    model, hf_tok = load_policy(ensure_model(config, base, tool_schemas(runtime)), config.trainer.device, config.model.dtype)
-    t0 = time.perf_counter()
-    history = train_sft(model, hf_tok, runtime, resolve(config.sft.data, base), run_dir, _phase(progress, "sft"))
+    try:
+        model, hf_tok = load_policy(ensure_model(config, base, tool_schemas(runtime)), config.trainer.device, config.model.dtype)
+        t0 = time.perf_counter()
+        history = train_sft(model, hf_tok, runtime, resolve(config.sft.data, base), run_dir, _phase(progress, "sft"))
+    finally:
+        asyncio.run(runtime.aclose())
     path = run_dir.save_checkpoint("sft", model, hf_tok, {"step": config.sft.steps})
     run_dir.close()
     return {"steps": len(history), "loss_first": history[0]["loss"], "loss_last": mean_loss(history), "seconds": time.perf_counter() - t0, "model": str(path / "model")}

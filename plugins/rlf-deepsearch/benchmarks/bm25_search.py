@@ -12,7 +12,7 @@ rank-bm25 scores every passage in Python for each query term, so on big corpora 
 indexes at most ``--rank-bm25-max-docs`` passages and answers queries for at most
 ``--rank-bm25-seconds``; the output says when a bound applied.
 
-    python benchmarks/bm25_search.py                        # the full run (about 15 min on 2 cores)
+    python benchmarks/bm25_search.py                        # the full run (about 10 min on 2 cores)
     python benchmarks/bm25_search.py --synthetic-size 10000 # a quick one
 
 Prints a table and writes ``benchmarks/results/bm25_search.json``.
@@ -25,9 +25,9 @@ import json
 import os
 import platform
 import resource
+import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -95,32 +95,39 @@ def recall(queries: list[dict], ranked: list[list[str]]) -> float:
     return sum(len(set(q["supporting_ids"]) & set(r[:TOPK])) / len(q["supporting_ids"]) for q, r in zip(queries, ranked)) / len(queries)
 
 
-def measure_bm25s(corpus: Path, queries: list[dict], http: bool) -> dict:
+def measure_bm25s_build(corpus: Path, cache: Path) -> dict:
+    """Build and cache the index from the JSONL file, in a fresh process: the one-time cost."""
+    sys.path.insert(0, str(HERE.parent))
+    from rlf_deepsearch.index import BM25Index
+
+    shutil.rmtree(cache, ignore_errors=True)
+    start, cpu = time.perf_counter(), time.process_time()
+    index = BM25Index.open(corpus, cache)  # tokenize, index, save, memory-map
+    build_s, build_cpu_s = time.perf_counter() - start, time.process_time() - cpu
+    index_mb = sum(p.stat().st_size for p in cache.rglob("*") if p.is_file()) / 2**20
+    return {"passages": len(index), "build_s": build_s, "build_cpu_s": build_cpu_s, "index_mb": index_mb}
+
+
+def measure_bm25s(corpus: Path, cache: Path, queries: list[dict], http: bool) -> dict:
+    """Load the cached index and search, in a fresh process: what every worker pays."""
     sys.path.insert(0, str(HERE.parent))
     from rlf_deepsearch.index import BM25Index
 
     texts = [q["question"] for q in queries]
-    with tempfile.TemporaryDirectory() as cache:
-        start, cpu = time.perf_counter(), time.process_time()
-        index = BM25Index.open(corpus, cache)  # build, save, load (memory-mapped)
-        build_s, build_cpu_s = time.perf_counter() - start, time.process_time() - cpu
-        index.close()
-        start = time.perf_counter()
-        index = BM25Index.open(corpus, cache)  # the cached path every later run takes
-        load_s = time.perf_counter() - start
-        index_mb = sum(p.stat().st_size for p in Path(cache).rglob("*") if p.is_file()) / 2**20
-        out = {"passages": len(index), "build_s": build_s, "build_cpu_s": build_cpu_s, "load_s": load_s, "index_mb": index_mb}
-        if http:
-            return {**out, **_measure_http(index, texts, queries)}
-        start = time.perf_counter()
-        single = [[p.id for p in index.search([t], TOPK)[0]] for t in texts]
-        out["qps_single"] = len(texts) / (time.perf_counter() - start)
-        start = time.perf_counter()
-        batched = [[p.id for p in row] for row in index.search(texts, TOPK)]
-        out["qps_batched"] = len(texts) / (time.perf_counter() - start)
-        assert batched == single, "batched and single searches disagree"
-        out["recall@5"] = recall(queries, single)
-        return out
+    start = time.perf_counter()
+    index = BM25Index.open(corpus, cache)
+    out = {"passages": len(index), "load_s": time.perf_counter() - start}
+    if http:
+        return {**out, **_measure_http(index, texts, queries)}
+    start = time.perf_counter()
+    single = [[p.id for p in index.search([t], TOPK)[0]] for t in texts]
+    out["qps_single"] = len(texts) / (time.perf_counter() - start)
+    start = time.perf_counter()
+    batched = [[p.id for p in row] for row in index.search(texts, TOPK)]
+    out["qps_batched"] = len(texts) / (time.perf_counter() - start)
+    assert batched == single, "batched and single searches disagree"
+    out["recall@5"] = recall(queries, single)
+    return out
 
 
 def _measure_http(index, texts: list[str], queries: list[dict]) -> dict:
@@ -189,10 +196,15 @@ def measure_rank_bm25(corpus: Path, queries: list[dict], max_docs: int, seconds:
 
 def worker(args: argparse.Namespace) -> None:
     queries = [json.loads(line) for line in Path(args.queries).read_text().splitlines()][: args.num_queries]
+    corpus, cache = Path(args.corpus), Path(args.cache)
     if args.worker == "rank-bm25":
-        out = measure_rank_bm25(Path(args.corpus), queries, args.rank_bm25_max_docs, args.rank_bm25_seconds)
+        out = measure_rank_bm25(corpus, queries, args.rank_bm25_max_docs, args.rank_bm25_seconds)
+        out["build_peak_mb"] = peak_rss_mb()
+    elif args.worker == "bm25s-build":
+        out = measure_bm25s_build(corpus, cache)
+        out["build_peak_mb"] = peak_rss_mb()
     else:
-        out = measure_bm25s(Path(args.corpus), queries, http=args.worker == "bm25s-http")
+        out = measure_bm25s(corpus, cache, queries, http=args.worker == "bm25s-http")
     out["peak_rss_mb"] = peak_rss_mb()
     print(json.dumps(out))
 
@@ -200,8 +212,8 @@ def worker(args: argparse.Namespace) -> None:
 # --- the run --------------------------------------------------------------------------------------------
 
 
-def run_worker(engine: str, corpus: Path, queries: Path, args: argparse.Namespace) -> dict:
-    cmd = [sys.executable, __file__, "--worker", engine, "--corpus", str(corpus), "--queries", str(queries),
+def run_worker(engine: str, corpus: Path, queries: Path, cache: Path, args: argparse.Namespace) -> dict:
+    cmd = [sys.executable, __file__, "--worker", engine, "--corpus", str(corpus), "--queries", str(queries), "--cache", str(cache),
            "--num-queries", str(args.num_queries), "--rank-bm25-max-docs", str(args.rank_bm25_max_docs),
            "--rank-bm25-seconds", str(args.rank_bm25_seconds)]
     done = subprocess.run(cmd, capture_output=True, text=True)
@@ -224,8 +236,9 @@ def main() -> None:
     parser.add_argument("--skip-rank-bm25", action="store_true", help="Measure rlf-deepsearch only.")
     parser.add_argument("--work-dir", type=Path, default=HERE / "results" / "data", help="Where generated corpora are kept.")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "bm25_search.json")
-    parser.add_argument("--worker", choices=["bm25s", "bm25s-http", "rank-bm25"], help=argparse.SUPPRESS)
+    parser.add_argument("--worker", choices=["bm25s-build", "bm25s", "bm25s-http", "rank-bm25"], help=argparse.SUPPRESS)
     parser.add_argument("--corpus", help=argparse.SUPPRESS)
+    parser.add_argument("--cache", help=argparse.SUPPRESS)
     parser.add_argument("--queries", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -246,29 +259,37 @@ def main() -> None:
 
     results = []
     for name, corpus, queries in datasets:
-        for engine in engines + (["bm25s-http"] if name == "hotpotqa" else []):
+        cache = args.work_dir / "index" / name
+        build = run_worker("bm25s-build", corpus, queries, cache, args)
+        runs = {"bm25s": build, "bm25s-http": {}} if name == "hotpotqa" else {"bm25s": build}
+        if not args.skip_rank_bm25:
+            runs["rank-bm25"] = {}
+        for engine, built in runs.items():
             print(f"measuring {engine} on {name} ...", file=sys.stderr, flush=True)
-            results.append({"corpus": name, "engine": engine, **run_worker(engine, corpus, queries, args)})
+            measured = run_worker(engine, corpus, queries, cache, args) if "error" not in build or engine == "rank-bm25" else build
+            results.append({"corpus": name, "engine": engine, **built, **measured})
+        shutil.rmtree(cache, ignore_errors=True)
 
-    header = (f"{'corpus':<18} {'engine':<11} {'passages':>9} {'build s':>8} {'(cpu s)':>8} {'load s':>7} {'QPS 1':>8} "
-              f"{'QPS batch':>9} {'peak MB':>8} {'recall@5':>8}")
+    header = (f"{'corpus':<18} {'engine':<11} {'passages':>9} {'build s':>8} {'(cpu s)':>8} {'build MB':>8} {'load s':>7} "
+              f"{'QPS 1':>8} {'QPS batch':>9} {'serve MB':>8} {'recall@5':>8}")
     print(header)
     print("-" * len(header))
     for r in results:
         if "error" in r:
             print(f"{r['corpus']:<18} {r['engine']:<11} error: {r['error']}")
             continue
-        print(f"{r['corpus']:<18} {r['engine']:<11} {r['passages']:>9,} {_fmt(r.get('build_s'), '8.2f')} "
-              f"{_fmt(r.get('build_cpu_s'), '8.2f')} {_fmt(r.get('load_s'), '7.2f')} "
+        print(f"{r['corpus']:<18} {r['engine']:<11} {r['passages']:>9,} {_fmt(r.get('build_s'), '8.1f')} "
+              f"{_fmt(r.get('build_cpu_s'), '8.1f')} {_fmt(r.get('build_peak_mb'), '8.0f')} {_fmt(r.get('load_s'), '7.2f')} "
               f"{_fmt(r.get('qps_single'), '8.1f')} {_fmt(r.get('qps_batched'), '9.1f')} {_fmt(r.get('peak_rss_mb'), '8.0f')} "
               f"{_fmt(r.get('recall@5'), '8.3f')}")
     for r in results:
         if r.get("bound"):
             print(f"note: {r['engine']} on {r['corpus']}: {r['bound']}")
+    print("build: JSONL file to searchable index, in its own process (bm25s: tokenize, index, save to the cache;")
+    print("  rank-bm25: tokenize, index; it has no persistence, so every process pays it); cpu s: that process's CPU time.")
+    print("load: a new process opening the cached index (hash the corpus, memory-map). MB: peak RSS of the process.")
     print("recall@5: HotpotQA supporting paragraphs; synthetic: the passage the query was drawn from (found@5).")
-    print("bm25s-http: the same index through the retrieval server on loopback; its batch is 64 queries per request.")
-    print("build: from the JSONL file to a searchable index (bm25s: tokenize, index, save, memory-map; rank-bm25: tokenize, index);")
-    print("cpu s: the process's CPU time for it, steadier than wall time on a shared machine.")
+    print("bm25s-http: the cached index served by `rlf-deepsearch serve` code on loopback; batch = 64 queries per request.")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     machine = {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()}
     args.out.write_text(json.dumps({"machine": machine, "topk": TOPK, "results": results}, indent=2))

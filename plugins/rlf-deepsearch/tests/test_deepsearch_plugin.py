@@ -65,9 +65,9 @@ def test_importing_the_plugin_is_cheap():
 
 
 @pytest.mark.slow
-def test_rlf_eval_runs_the_example_config(shared_data, tmp_path, monkeypatch):
-    """``rlf eval`` on the example config with a tiny local model: the run works end to end (a random
-    model earns no reward; the figures are not the point). In-process, so torch loads once."""
+def test_rlf_eval_and_train_run_the_example_config(shared_data, tmp_path, monkeypatch):
+    """``rlf eval`` and ``rlf train`` on the example config with a tiny local model: the runs work end to
+    end (a random model earns no reward; the figures are not the point). In-process: torch loads once."""
     from click.testing import CliRunner
 
     from rlfcore.cli import cli
@@ -91,3 +91,14 @@ def test_rlf_eval_runs_the_example_config(shared_data, tmp_path, monkeypatch):
     assert all(x["stop_reason"] != "error" and x["reward_error"] is None for x in lines)
     assert {x["row_id"] for x in lines} == {json.loads(r)["id"] for r in rows.read_text().splitlines()}
     assert "reward" in result.output
+
+    # and `rlf train` (GRPO, one step) on the same config and model
+    result = CliRunner().invoke(cli, [
+        "train", str(EXAMPLE), f"model.path={model}", f"data.train={rows}",
+        f"deepsearch.corpus={shared_data / 'qa/hotpotqa/corpus.jsonl'}", f"deepsearch.index_dir={tmp_path / 'idx'}",
+        "engine.device=cpu", "trainer.device=cpu", "trainer.steps=1", "trainer.prompts_per_step=2", "rollout.n=2",
+        "rollout.max_turns=2", "rollout.sampling.max_tokens=8", "--run-dir", str(tmp_path / "train"),
+    ])
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    [metrics] = [json.loads(x) for x in (tmp_path / "train" / "metrics.jsonl").read_text().splitlines()]
+    assert metrics["step"] == 1 and "reward/exact_match" in metrics and metrics["reward_errors"] == 0

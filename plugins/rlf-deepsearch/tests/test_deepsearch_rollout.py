@@ -108,5 +108,7 @@ def test_search_r1_data_runs_unchanged(hotpot):
         "extra_info": {"split": "dev", "index": 7},
     }
     script = {"7": [f"<search>{q['question']}</search>", f"<answer>{q['answers'][0]}</answer>"]}
-    [t] = rollout({"plugins": ["deepsearch"], "rollout": ROOMY, "deepsearch": {**settings, "format": "search-r1"}}, [row], script)
-    assert t.env == "deepsearch" and t.reward == 1.0
+    config = {"plugins": ["deepsearch"], "envs": {"hotpotqa": ["deepsearch"]}, "rollout": ROOMY,
+              "deepsearch": {**settings, "format": "search-r1"}}
+    [t] = rollout(config, [row], script)
+    assert t.env == "hotpotqa" and t.reward == 1.0 and t.messages[2]["content"].startswith("<information>Doc 1")

@@ -192,7 +192,8 @@ def print_table(report: dict[str, Any]) -> None:
     print(f"MCP calls through the rlf executor ({report['calls']} calls each, {report['machine']['cpus']} CPUs)\n")
     print("  ".join(f"{h:>14}" for h in heads))
     for name, row in report["transports"].items():
-        cells = [name, *(f"{row[f'p{q}_ms']:.2f}" for q in (50, 90, 99)), *(f"{row[f'calls_per_s_c{c}']:.0f}" for c in CONCURRENCY)]
+        cells = [name, *(f"{row[f'p{q}_ms']:.2f}" for q in (50, 90, 99))]
+        cells += [f"{row[f'calls_per_s_c{c}']:.0f}" for c in CONCURRENCY]
         print("  ".join(f"{c:>14}" for c in cells))
     server = report["server"]
     restarts = ", ".join(f"{s:.2f}" for s in server["restart_after_kill_s"])

@@ -37,7 +37,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
 from rlf_mcp.settings import ServerSpec
-from rlfcore.types import TransientToolError
+from rlfcore import TransientToolError
 
 if sys.version_info < (3, 11):  # anyio installs the backport there
     from exceptiongroup import BaseExceptionGroup
@@ -279,7 +279,8 @@ class ServerConnection:
                     await session.send_ping()
             except Exception as exc:
                 detail = "no answer" if isinstance(exc, TimeoutError) else _reason(exc)
-                self._mark_broken(generation, f"hung: {detail} to a ping within {self.policy.ping_timeout_s:g} s after a call timed out")
+                deadline = self.policy.ping_timeout_s
+                self._mark_broken(generation, f"hung: {detail} to a ping within {deadline:g} s after a call timed out")
 
         task = asyncio.get_running_loop().create_task(ping(), name=f"rlf-mcp-ping-{self.name}")
         self._checks.add(task)

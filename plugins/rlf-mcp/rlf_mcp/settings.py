@@ -57,7 +57,8 @@ class ServerConfig(BaseModel):
     type: str | None = Field(
         None,
         validation_alias=AliasChoices("type", "transport"),
-        description="stdio, http (streamable-http) or sse; default: stdio with a command, else sse for URLs ending in /sse, else http.",
+        description="stdio, http (streamable-http) or sse; default: stdio with a command, "
+        "else sse for URLs ending in /sse, else http.",
     )
     headers: dict[str, str] = Field(default_factory=dict, description="HTTP headers of a remote server (e.g. Authorization).")
     sse_read_timeout: float = Field(300.0, gt=0, description="SSE only: seconds to wait for the next event.")
@@ -195,7 +196,8 @@ def read_config_file(path: Path) -> dict[str, ServerConfig]:
     try:
         data = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
-        raise McpConfigError(f"mcp.config_file {path}: not valid JSON: line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+        where = f"line {exc.lineno}, column {exc.colno}"
+        raise McpConfigError(f"mcp.config_file {path}: not valid JSON: {where}: {exc.msg}") from None
     servers = data.get("mcpServers") if isinstance(data, dict) else None
     if not isinstance(servers, dict):
         raise McpConfigError(f'mcp.config_file {path}: expected an object with an "mcpServers" object inside')

@@ -17,7 +17,7 @@ import mcp_types as types
 from rlf_mcp.connection import Policy, ServerConnection
 from rlf_mcp.pool import Pool, get_pool
 from rlf_mcp.settings import McpConfigError, McpSettings, ServerEntry
-from rlfcore.types import Tool
+from rlfcore import Tool
 
 
 class McpToolError(Exception):
@@ -46,7 +46,7 @@ def make_tools(
     """One rlf tool per offered MCP tool; clashing names and unknown include/exclude names are errors."""
     tools: dict[str, Tool] = {}
     owner: dict[str, str] = {}
-    for entry, connection in zip(entries, connections):
+    for entry, connection in zip(entries, connections, strict=True):
         offered = {t.name: t for t in connection.tools}
         for field, names in (("include", entry.include or ()), ("exclude", entry.exclude)):
             unknown = [n for n in names if n not in offered]
@@ -83,7 +83,6 @@ def _caller(pool: Pool, connection: ServerConnection, tool: str) -> Callable[...
             raise McpToolError(text or f"the server reported an error in tool {tool!r} without a message")
         return text
 
-    call_mcp_tool.__name__ = f"mcp_{connection.name}_{tool}"
     return call_mcp_tool
 
 

@@ -80,8 +80,7 @@ def test_a_server_that_keeps_failing_to_restart_is_given_up(tools, tmp_path):
 def test_a_server_that_cannot_start_is_an_error_naming_it(tools):
     with pytest.raises(ServerDown, match=r"MCP server 'broken' \(stdio .*\) could not start"):
         load(settings(broken={"command": sys.executable, "args": ["-c", "raise SystemExit(2)"]}))
-    silent = McpSettings.model_validate(
-        {"servers": {"silent": {"command": sys.executable, "args": ["-c", "import sys; sys.stdin.read()"]}}, "startup_timeout_s": 0.5}
-    )
+    mute = {"command": sys.executable, "args": ["-c", "import sys; sys.stdin.read()"]}  # never answers
+    silent = McpSettings.model_validate({"servers": {"silent": mute}, "startup_timeout_s": 0.5})
     with pytest.raises(ServerDown, match=r"'silent' .* could not start: TimeoutError: no tool list within startup_timeout_s=0.5"):
         load(silent)

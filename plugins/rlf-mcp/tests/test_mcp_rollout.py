@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 from collections import defaultdict
 from pathlib import Path
 
@@ -32,7 +33,7 @@ def run_config(tmp_path_factory) -> Path:
     servers = {
         "mcpServers": {
             "calc": {"command": sys.executable, "args": ["-m", "rlf_mcp.servers.calculator"]},
-            "probe": {"command": sys.executable, "args": [PROBE], "include": ["echo"], "prefix": "probe_"},
+            "probe": {"command": sys.executable, "args": [PROBE], "include": ["echo", "pause"], "prefix": "probe_"},
         }
     }
     (folder / "mcp.json").write_text(json.dumps(servers))
@@ -57,10 +58,10 @@ def test_a_run_with_two_servers_survives_one_being_killed_mid_run(run_config):
             return [tool_call("calculate", expression="6 / 0"), "<answer>6</answer>"][turn]
         if row == "code":
             return [tool_call("calculate", expression="__import__('os').getcwd()"), "<answer>/</answer>"][turn]
-        if turn == 0:  # row "kill": the probe server dies just as the model calls it
+        if turn == 0:  # row "kill": the probe server is killed while it works on the call
             [pid] = children("mcp_probe_server")
-            os.kill(pid, signal.SIGKILL)
-            return tool_call("probe_echo", text="lost")
+            threading.Timer(0.5, os.kill, (pid, signal.SIGKILL)).start()
+            return tool_call("probe_pause", seconds=5)
         return [tool_call("probe_echo", text="after the restart"), "<answer>after the restart</answer>"][turn - 1]
 
     rows = [
@@ -100,6 +101,7 @@ def test_plugins_check_passes_and_leaves_no_server_when_the_process_exits():
     *report, last = done.stdout.strip().splitlines()
     out = json.loads(last)
     assert out["ok"], "\n".join(report)
-    assert "tools: calculate" in done.stdout and "smoke rollout calc-wrong-answer: 2 turns, 1 tool calls, reward 0" in done.stdout
+    assert "tools: calculate" in done.stdout
+    assert "smoke rollout calc-wrong-answer: 2 turns, 1 tool calls, reward 0" in done.stdout
     assert len(out["servers"]) == 1
     assert wait_gone(out["servers"]) == []

@@ -30,7 +30,7 @@ rollout:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="rlf-nl2sql", description=__doc__.split("\n\n")[0].split(": ", 1)[1])
+    parser = argparse.ArgumentParser(prog="rlf-nl2sql", description="Prepare NL2SQL datasets as rlf rows, or write the shop demo.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("prepare", help="turn Spider/BIRD/GeoQuery-style questions into rlf JSONL rows")

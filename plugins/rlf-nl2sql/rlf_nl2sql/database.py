@@ -60,8 +60,8 @@ class QueryTimeout(QueryError):
     """The query ran past its time limit and was stopped."""
 
 
-class DatabaseMissing(QueryError):
-    """The sample's database file does not exist or names no file."""
+class DatabaseUnavailable(QueryError):
+    """The sample's database is not named, does not exist, or is not a SQLite file: the data's fault."""
 
 
 @dataclass
@@ -81,11 +81,16 @@ class Session:
     def __init__(self, path: str | Path):
         self.path = Path(path)
         if not self.path.is_file():
-            raise DatabaseMissing(f"database file not found: {self.path}")
+            raise DatabaseUnavailable(f"database file not found: {self.path}")
         uri = f"file:{urllib.parse.quote(str(self.path.resolve()))}?mode=ro"
         self.conn = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
-        self.conn.text_factory = _decode  # databases in the wild hold invalid UTF-8: show it, do not fail
-        self.conn.execute("PRAGMA query_only = 1")
+        try:
+            self.conn.text_factory = _decode  # databases in the wild hold invalid UTF-8: show it, do not fail
+            self.conn.execute("PRAGMA query_only = 1")
+            self.conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchall()  # is it a database at all?
+        except sqlite3.Error as exc:
+            self.conn.close()
+            raise DatabaseUnavailable(f"cannot read {self.path} as a SQLite database: {exc}") from None
         self.conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
         self.conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
         self._authorizer = _Authorizer()

@@ -81,7 +81,8 @@ def _swap_literal(sql: str, toks: list[Token], facts: Facts) -> Perturbation | N
     candidates = []
     for i in range(2, len(toks)):
         tok, op, col = toks[i], toks[i - 1], toks[i - 2]
-        if tok.kind not in ("string", "dquoted", "number") or op.upper not in COMPARISONS or col.kind not in ("word", "dquoted", "quoted"):
+        literal = tok.kind in ("string", "dquoted", "number")
+        if not literal or op.upper not in COMPARISONS or col.kind not in ("word", "dquoted", "quoted"):
             continue
         column = string_value(col) if col.kind != "word" else col.text
         if tok.kind == "dquoted" and string_value(tok).lower() in _all_columns(facts):
@@ -142,7 +143,8 @@ def _swap_aggregate(sql: str, toks: list[Token]) -> Perturbation | None:
         elif depth == 0 and tok.upper == "FROM":
             return None
         elif tok.kind == "word" and tok.upper in AGGREGATE_SWAPS and i + 1 < len(toks) and toks[i + 1].text == "(":
-            return Perturbation(_splice(sql, [tok], AGGREGATE_SWAPS[tok.upper]), "aggregate", f"{tok.text} -> {AGGREGATE_SWAPS[tok.upper]}")
+            swap = AGGREGATE_SWAPS[tok.upper]
+            return Perturbation(_splice(sql, [tok], swap), "aggregate", f"{tok.text} -> {swap}")
     return None
 
 

@@ -12,12 +12,26 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from rlfcore import Example, Sample, Score, ScoreContext, SetupContext, Tool, ToolCall, ToolResult, TurnContext, Verification, hookimpl
+from rlfcore import (
+    Example,
+    Sample,
+    Score,
+    ScoreContext,
+    SetupContext,
+    Tool,
+    ToolCall,
+    ToolResult,
+    TurnContext,
+    Verification,
+    hookimpl,
+)
 
 from rlf_nl2sql.settings import Locator, Settings, base_dir
 from rlf_nl2sql.tools import DatabaseTool, make_tools
 from rlf_nl2sql.verify import PoolKind, Verifier, VerifyOptions
 
+NAME = "nl2sql"
+"""The entry-point name, which is also the config section's."""
 INFRASTRUCTURE_STAGES = ("gold", "database")
 """Verification failures that are the data's fault, not the model's: recorded as reward errors."""
 
@@ -29,8 +43,8 @@ def register_config_schema() -> type[BaseModel]:
 
 @hookimpl
 def register_tools(ctx: SetupContext) -> list[Tool]:
-    settings = _settings(ctx.settings)
-    return list(make_tools(settings, Locator.from_settings(settings, base_dir(ctx.config))))
+    settings = _settings(ctx)
+    return [*make_tools(settings, Locator.from_settings(settings, base_dir(ctx.config)))]
 
 
 @hookimpl
@@ -47,7 +61,7 @@ async def verify_tool(sample: Sample, ctx: ScoreContext) -> Verification | None:
     """Run the final answer's SQL and the gold SQL on the sample's database and compare the results."""
     if sample.ground_truth is None:
         return None
-    settings = _settings(ctx.settings)
+    settings = _settings(ctx)
     db = Locator.from_settings(settings, base_dir(ctx.config)).locate(sample.extra)
     if db is None:
         return Verification(
@@ -64,7 +78,7 @@ def compute_score(sample: Sample, verification: Verification | None, ctx: ScoreC
     """Execution match, blended with the format component by ``format_weight``."""
     if verification is None:
         return None
-    weight = _settings(ctx.settings).format_weight
+    weight = _settings(ctx).format_weight
     execution = float(verification.passed)
     fmt = float(verification.details.get("format", 0.0))
     error = verification.error if verification.details.get("stage") in INFRASTRUCTURE_STAGES else None
@@ -91,9 +105,13 @@ def register_examples(ctx: SetupContext) -> list[Example]:
     ]
 
 
-def _settings(settings: Any) -> Settings:
-    """This plugin's settings; its defaults when the context carries another plugin's (a shared environment)."""
-    return settings if isinstance(settings, Settings) else Settings()
+def _settings(ctx: SetupContext | TurnContext | ScoreContext) -> Settings:
+    """This plugin's section. In an environment shared with other plugins the context may carry the
+    first plugin's section instead, so look ours up by name, else use the defaults."""
+    if isinstance(ctx.settings, Settings):
+        return ctx.settings
+    own = ctx.config.settings(NAME) if ctx.config is not None else None
+    return own if isinstance(own, Settings) else Settings()
 
 
 @functools.lru_cache(maxsize=8)

@@ -35,7 +35,7 @@ class Settings(BaseModel):
         0.0, ge=0, le=1, description="Share of the reward for answering in `answer_format`; the rest is execution match."
     )
     verify_timeout_s: float = Field(10.0, gt=0, description="Time limit of each query run to verify an answer.")
-    verify_pool: PoolKind = Field("thread", description="Verify answers in worker threads or processes (see the benchmark).")
+    verify_pool: PoolKind = Field("process", description="Verify answers in worker processes or threads (see the benchmark).")
     verify_workers: int = Field(0, ge=0, description="Workers verifying answers in parallel; 0: one per CPU, at most 8.")
     verify_max_rows: int = Field(100_000, ge=1, description="Larger results fail verification instead of filling memory.")
     rel_tol: float = Field(1e-6, ge=0, description="Relative tolerance when comparing numbers.")

@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping
 
 from rlfcore import Tool
 
-from rlf_nl2sql.database import DatabaseMissing, QueryError, QueryResult, Session
+from rlf_nl2sql.database import DatabaseUnavailable, QueryError, QueryResult, Session
 from rlf_nl2sql.settings import Locator, Settings, row_extra
 
 EXECUTOR_MARGIN_S = 5.0
@@ -51,7 +51,7 @@ class DatabaseTool(Tool):
 
 
 def _no_database(**arguments: Any) -> str:
-    raise DatabaseMissing(
+    raise DatabaseUnavailable(
         "this sample names no database: give each dataset row extra.db (a path relative to nl2sql.db_root) "
         "or set nl2sql.db in the run config"
     )

@@ -1,18 +1,19 @@
 """Verification by execution: run the final SQL and the gold SQL, compare the results.
 
-A :class:`Verifier` checks samples on a pool of worker threads (or processes), so verification
-never blocks the event loop that drives generation. sqlite3 releases the GIL only while SQLite
-steps through a statement; on short queries like GeoQuery's most of a check is Python (reading the
-answer, the authorizer's callbacks, building and comparing rows), so neither threads nor processes
-beat one thread by much on a small machine, and threads cost less to hand work to
-(``benchmarks/verify_throughput.py`` measures both against a plain serial loop). Processes, for
-long queries on many cores, are started with ``spawn``, never ``fork``: a trainer's process holds
-threads and GPU state that a fork would copy half-made.
+A :class:`Verifier` checks samples on a pool of worker processes (or threads), so verification runs
+in parallel and never blocks the event loop that drives generation. sqlite3 releases the GIL only
+while SQLite steps through a statement; on short queries like GeoQuery's most of a check is Python
+(reading the answer, the authorizer's callbacks, building and comparing rows), so threads contend
+for the GIL and do not beat one thread, while processes do when cores are free
+(``benchmarks/verify_throughput.py`` measures both against a plain serial loop). Processes are
+started with ``spawn``, never ``fork``: a trainer's process holds threads and GPU state that a fork
+would copy half-made.
 
 Samples verified in the same event-loop turn (a group's, gathered) go to the pool in a few chunks
 rather than one task each. Each worker keeps one read-only :class:`~rlf_nl2sql.database.Session`
-per database, and a gold query's result is computed once (once per process, with processes) and
-shared by every sample of its group, also while in flight. Every query has a time limit (the sessions' progress handler), so no worker can hang.
+per database, and a gold query's result is computed once per worker and shared by every sample of
+its group, also while in flight. Every query has a time limit (the sessions' progress handler), so
+no worker can hang.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from rlfcore import Verification
 
 from rlf_nl2sql.answer import AnswerFormat, extract_sql
 from rlf_nl2sql.compare import Tolerance, results_match
-from rlf_nl2sql.database import DatabaseMissing, QueryError, QueryResult, Session
+from rlf_nl2sql.database import DatabaseUnavailable, QueryError, QueryResult, Session
 from rlf_nl2sql.sqltext import has_top_level_order_by
 
 PoolKind = Literal["process", "thread"]
@@ -66,7 +67,7 @@ class _Gold:
 class Verifier:
     """Verifies final answers against gold SQL, in parallel, with per-query time limits."""
 
-    def __init__(self, options: VerifyOptions = VerifyOptions(), workers: int | None = None, pool: PoolKind = "thread"):
+    def __init__(self, options: VerifyOptions = VerifyOptions(), workers: int | None = None, pool: PoolKind = "process"):
         self.options = options
         self.workers = workers or min(DEFAULT_MAX_WORKERS, os.cpu_count() or 1)
         self.pool = pool
@@ -80,43 +81,47 @@ class Verifier:
     # --- entry points --------------------------------------------------------------------------------
 
     def verify(self, db: str | Path, gold_sql: str | Sequence[str], response: str) -> Verification:
-        """Verify one final message against the gold SQL (several: any may match), in this thread."""
+        """Verify one final message against the gold SQL (several: any may match), in this thread.
+
+        ``details`` holds the SQL found, its ``shape`` and ``format`` (1.0 when in the expected
+        shape), row counts, and the ``stage`` reached: ``extract``, ``prediction`` (the SQL failed),
+        ``database``, ``gold`` (the data's fault) or ``compare``.
+        """
         extraction = extract_sql(response)
         details: dict[str, Any] = {
             "sql": extraction.sql,
             "shape": extraction.shape,
             "format": float(extraction.follows(self.options.answer_format)),
         }
+
+        def failed(stage: str, error: str | None = None, **more: Any) -> Verification:
+            return Verification(passed=False, score=0.0, details={**details, "stage": stage, **more}, error=error)
+
         if not extraction.sql:
-            return Verification(passed=False, score=0.0, details={**details, "stage": "extract"}, error="no SQL found in the final answer")
+            return failed("extract", "no SQL found in the final answer")
         golds = [gold_sql] if isinstance(gold_sql, str) else list(gold_sql)
         if not golds:
-            return Verification(passed=False, details={**details, "stage": "gold"}, error="the sample has no gold SQL")
+            return failed("gold", "the sample has no gold SQL")
         try:
-            session = self._session(db)
-            pred = session.query(extraction.sql, timeout_s=self.options.timeout_s, max_rows=self.options.max_rows)
+            pred = self._session(db).query(extraction.sql, timeout_s=self.options.timeout_s, max_rows=self.options.max_rows)
         except QueryError as exc:
-            stage = "database" if isinstance(exc, DatabaseMissing) else "prediction"
-            return Verification(passed=False, score=0.0, details={**details, "stage": stage}, error=str(exc))
+            return failed("database" if isinstance(exc, DatabaseUnavailable) else "prediction", str(exc))
         if pred.truncated:
-            error = f"the query returned more than {self.options.max_rows} rows"
-            return Verification(passed=False, score=0.0, details={**details, "stage": "prediction"}, error=error)
-        details.update(stage="compare", pred_rows=len(pred.rows))
+            return failed("prediction", f"the query returned more than {self.options.max_rows} rows")
         for gold in golds:
             expected = self._gold_result(db, gold)
-            if expected.error is not None:
-                return Verification(passed=False, details={**details, "stage": "gold"}, error=f"gold SQL failed: {expected.error}")
-            assert expected.result is not None
-            ordered = expected.ordered
+            if expected.error is not None or expected.result is None:
+                return failed("gold", f"gold SQL failed: {expected.error}")
+            counts = {"pred_rows": len(pred.rows), "gold_rows": len(expected.result.rows), "ordered": expected.ordered}
             if results_match(
                 expected.result.rows,
                 pred.rows,
-                ordered=ordered,
+                ordered=expected.ordered,
                 tolerance=self.options.tolerance,
                 ignore_column_order=self.options.ignore_column_order,
             ):
-                return Verification(passed=True, score=1.0, details={**details, "gold_rows": len(expected.result.rows), "ordered": ordered})
-        return Verification(passed=False, score=0.0, details={**details, "gold_rows": len(expected.result.rows), "ordered": ordered})
+                return Verification(passed=True, score=1.0, details={**details, "stage": "compare", **counts})
+        return failed("compare", **counts)
 
     async def verify_async(self, db: str | Path, gold_sql: str | Sequence[str], response: str) -> Verification:
         """:meth:`verify` on the pool, awaited: samples awaited together verify in parallel."""
@@ -164,11 +169,17 @@ class Verifier:
                     self._executor = ThreadPoolExecutor(self.workers, thread_name_prefix="rlf-nl2sql-verify")
             return self._executor
 
+    # --- internals -----------------------------------------------------------------------------------
+
     def _flush(self, loop: asyncio.AbstractEventLoop) -> None:
         batch, self._pending = self._pending, []
         for start, size in self._chunks(len(batch)):
             chunk = batch[start : start + size]
-            done = self._submit([item for item, _ in chunk])
+            try:
+                done = self._submit([item for item, _ in chunk])
+            except Exception as exc:  # a closed or broken pool: the waiting samples must still hear back
+                done = Future()
+                done.set_exception(exc)
             done.add_done_callback(lambda f, chunk=chunk: loop.call_soon_threadsafe(_settle, chunk, f))
 
     def _chunks(self, n: int) -> list[tuple[int, int]]:
@@ -189,8 +200,6 @@ class Verifier:
             except Exception as exc:  # one sample's failure is that sample's, not its chunk's
                 out.append(exc)
         return out
-
-    # --- internals -----------------------------------------------------------------------------------
 
     def _session(self, db: str | Path) -> Session:
         sessions: dict[str, Session] = self._local.__dict__.setdefault("sessions", {})

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rlf_nl2sql.database import DatabaseMissing, QueryDenied, QueryError, QueryTimeout, Session
+from rlf_nl2sql.database import DatabaseUnavailable, QueryDenied, QueryError, QueryTimeout, Session
 from rlf_nl2sql.shop import build_database, shop_sql
 from rlf_nl2sql.tools import render_result
 
@@ -109,11 +109,14 @@ def test_huge_values_are_capped(db):
         s.query("SELECT zeroblob(100000000)", timeout_s=5, max_rows=1)
 
 
-def test_a_missing_file_is_named_and_never_created(tmp_path):
+def test_a_missing_or_foreign_file_is_named_and_left_alone(tmp_path):
     missing = tmp_path / "nope.sqlite"
-    with pytest.raises(DatabaseMissing, match="nope.sqlite"):
+    with pytest.raises(DatabaseUnavailable, match="nope.sqlite"):
         Session(missing)
     assert not missing.exists()
+    (tmp_path / "notes.txt").write_text("not a database, but long enough to have a header " * 4)
+    with pytest.raises(DatabaseUnavailable, match="cannot read .*notes.txt as a SQLite database"):
+        Session(tmp_path / "notes.txt")
 
 
 def test_results_are_shown_within_row_and_character_limits(db):

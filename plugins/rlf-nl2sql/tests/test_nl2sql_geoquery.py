@@ -57,6 +57,10 @@ def config(db_root: Path, **more) -> dict:
     return {"plugins": ["nl2sql"], "nl2sql": {"db_root": str(db_root)}, **BIG, **more}
 
 
+def sql_call(query: str) -> str:
+    return f"<tool_call>{json.dumps({'name': 'sql', 'arguments': {'query': query}})}</tool_call>"
+
+
 def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -93,9 +97,9 @@ def test_destructive_statements_are_tool_errors_and_never_change_the_database(ge
         (root / "geography.sqlite").chmod(0o644)
     db = root / "geography.sqlite"
     before = sha256(db)
-    calls = [f"<tool_call>{json.dumps({'name': 'sql', 'arguments': {'query': s}})}</tool_call>" for s in DESTRUCTIVE]
     row = rows[0]
-    script = {row["id"]: ["\n".join(calls), "<tool_call>" + json.dumps({"name": "sql", "arguments": {"query": "SELECT COUNT(*) FROM city"}}) + "</tool_call>", f"```sql\n{row['ground_truth']}\n```"]}
+    attack = "\n".join(sql_call(s) for s in DESTRUCTIVE)
+    script = {row["id"]: [attack, sql_call("SELECT COUNT(*) FROM city"), f"```sql\n{row['ground_truth']}\n```"]}
     [t] = rollout(config(root), [row], script)
     results = [m["content"] for m in t.messages if m["role"] == "tool"]
     assert t.tool_calls == len(DESTRUCTIVE) + 1 and t.tool_errors == len(DESTRUCTIVE), results

@@ -11,7 +11,9 @@ import pytest
 
 from rlf_nl2sql.shop import build_database, shop_db, shop_sql
 from rlf_nl2sql.verify import Verifier
+from rlfcore import hookimpl
 from rlfcore.testing import check_plugin, rollout
+from rlfcore.tools import tool
 
 CONFIG = {"plugins": ["nl2sql"]}
 
@@ -101,6 +103,7 @@ def test_destructive_calls_are_tool_errors_and_leave_the_file_alone(two_dbs):
     before = hashlib.sha256(a.read_bytes()).hexdigest()
     statements = ["DROP TABLE customers", "DELETE FROM orders", "ATTACH DATABASE 'x.db' AS x", "PRAGMA writable_schema = 1"]
     script = {"q": ["\n".join(call("sql", query=s) for s in statements), fenced("SELECT COUNT(*) FROM customers")]}
+    # the byte tokenizer makes each byte a token: room for four calls and their errors
     config = {**CONFIG, "rollout": {"max_response_tokens": 4096, "max_total_tokens": 8192, "sampling": {"max_tokens": 1024}}}
     [t] = rollout(config, [row("q", a)], script)
     assert t.tool_calls == 4 and t.tool_errors == 4 and t.tool_error_kinds == {"exception": 4}
@@ -153,3 +156,27 @@ def test_thread_and_process_pools_agree(two_dbs):
         finally:
             verifier.close()
     assert verdicts == [[True, False, False, True]] * 2
+
+
+class Clock:
+    """Another plugin sharing the environment, listed first: the contexts then carry its (empty) settings."""
+
+    @hookimpl
+    def register_tools(self, ctx):
+        @tool
+        def now() -> str:
+            """The time."""
+            return "noon"
+
+        return [now]
+
+
+def test_settings_are_found_when_another_plugin_leads_the_environment(tmp_path):
+    (tmp_path / "dbs").mkdir()
+    build_database(shop_sql(), tmp_path / "dbs" / "shop.sqlite")
+    config = {"plugins": ["clock", "nl2sql"], "envs": {"shop": ["clock", "nl2sql"]},
+              "nl2sql": {"db_root": str(tmp_path / "dbs"), "format_weight": 0.5}}
+    script = {"q": [call("now") + call("sql", query="SELECT COUNT(*) FROM customers"), "SELECT COUNT(*) FROM customers"]}
+    [t] = rollout(config, [{**row("q", "shop.sqlite"), "env": "shop"}], script, plugins={"clock": Clock()})
+    assert tool_messages(t) == ["noon", "COUNT(*)\n8\n(1 row)"]
+    assert t.reward == pytest.approx(0.5)  # right, but not in a ```sql fence: nl2sql's own format_weight applies
