@@ -36,19 +36,63 @@ class _Bar:
         self.progress.update(self.tasks[phase], completed=m["step"], info=info)
 
 
-@click.command("train")
+class _TrainCommand(click.Command):
+    """Keeps what follows ``--`` apart: raw verl overrides, passed to verl untouched."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        if "--" in args:
+            i = args.index("--")
+            ctx.meta["raw_overrides"] = args[i + 1 :]
+            args = args[:i]
+        return super().parse_args(ctx, args)
+
+
+_VERL_EPILOG = """\b
+On a GPU cluster (--backend verl): rlf converts the data to verl's parquet layout, translates this
+config into verl's Hydra config (checked by verl's own validation) and runs verl's PPO trainer with
+the rlf_agent agent loop and rlf rewards. Anything after `--` is a raw verl override.
+  rlf train run.yaml --backend verl --dry-run                  # print verl's config, launch nothing
+  rlf train run.yaml --backend verl --gpus 8                   # one node, local Ray
+  ray start --head --port 6379   (node 0);   ray start --address HEAD:6379   (other nodes)
+  rlf train run.yaml --backend verl --gpus 8 --nodes 2 --ray-address HEAD:6379 -- trainer.logger=[console,wandb]
+See docs/verl.md."""
+
+
+@click.command("train", cls=_TrainCommand, epilog=_VERL_EPILOG)
 @click.argument("config_path", metavar="CONFIG", type=click.Path(dir_okay=False))
-@click.argument("overrides", nargs=-1, metavar="[dotted.key=value]...")
+@click.argument("overrides", nargs=-1, metavar="[dotted.key=value]... [-- verl.key=value...]")
 @click.option("--run-dir", type=click.Path(file_okay=False), help="Where the run is written (default: runs/<config>-<time>).")
 @click.option("--resume", is_flag=True, help="Continue the run in --run-dir from its last checkpoint.")
-def train(config_path: str, overrides: tuple[str, ...], run_dir: str | None, resume: bool) -> None:
+@click.option("--backend", type=click.Choice(["local", "verl"]), default="local", show_default=True,
+              help="local: one process, CPU or one GPU. verl: Ray, FSDP, vLLM/SGLang rollout, many GPUs.")
+@click.option("--dry-run", is_flag=True, help="verl: convert the data, build and validate verl's config, print it; launch nothing.")
+@click.option("--gpus", "gpus_per_node", type=int, default=1, show_default=True, help="verl: GPUs per node.")
+@click.option("--nodes", type=int, default=1, show_default=True, help="verl: nodes of the Ray cluster.")
+@click.option("--ray-address", help="verl: an existing Ray cluster (HOST:PORT or auto); default: a local one.")
+@click.option("--rollout", type=click.Choice(["vllm", "sglang"]), default="vllm", show_default=True, help="verl: rollout engine.")
+@click.option("--tp", "tensor_parallel", type=int, default=1, show_default=True, help="verl: tensor-parallel GPUs per rollout server.")
+@click.pass_context
+def train(
+    ctx: click.Context, config_path: str, overrides: tuple[str, ...], run_dir: str | None, resume: bool, backend: str,
+    dry_run: bool, gpus_per_node: int, nodes: int, ray_address: str | None, rollout: str, tensor_parallel: int,
+) -> None:
     """Train with GRPO (after an SFT warm start when sft.data is set), writing metrics, samples,
-    checkpoints, a reward curve and a summary to the run folder."""
+    checkpoints, a reward curve and a summary to the run folder; or on a cluster with verl."""
+    raw = ctx.meta.get("raw_overrides", [])
+    if backend == "verl":
+        from rlfcore.backends.verl.hydra import Cluster
+        from rlfcore.backends.verl.launch import main as verl_main
+
+        cluster = Cluster(gpus_per_node=gpus_per_node, nodes=nodes, rollout=rollout, ray_address=ray_address,
+                          tensor_parallel=tensor_parallel)
+        ctx.exit(verl_main(config_path, list(overrides), raw, _run_path(config_path, run_dir), cluster, dry_run, click.echo))
+    if dry_run or raw:
+        raise click.UsageError("--dry-run and raw overrides after `--` are for --backend verl")
+    if resume and not run_dir:
+        raise click.UsageError("--resume needs --run-dir: the run to continue")
     from rlfcore.config import load_config
     from rlfcore.trainer.run import train as run_train
 
-    if resume and not run_dir:
-        raise click.UsageError("--resume needs --run-dir: the run to continue")
     config, manager = load_config(config_path, list(overrides))
     path = _run_path(config_path, run_dir)
     bar = _Bar(config)

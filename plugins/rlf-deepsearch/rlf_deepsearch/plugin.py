@@ -59,7 +59,7 @@ def _make_search_tool(settings: Settings, base: Path) -> Tool:
 @hookimpl
 def register_tools(ctx: SetupContext) -> list[Tool]:
     settings = settings_of(ctx)
-    if ctx.config is not None:  # a run: build or load the index now, not inside the first call's timeout
+    if ctx.config is not None and not ctx.listing:  # a run: build or load the index now, not in the first call's timeout
         from rlf_deepsearch.search import shared_searcher
 
         shared_searcher(settings, base_dir(ctx))

@@ -24,7 +24,12 @@ def register_config_schema() -> type[BaseModel]:
 
 @hookimpl
 async def register_tools(ctx: SetupContext) -> list[Tool]:
-    """Start the configured servers (once per process), list their tools, and offer them."""
+    """Start the configured servers (once per process), list their tools, and offer them.
+
+    ``rlf plugins list`` (``ctx.listing``) starts nothing: the tools are known once servers run.
+    """
+    if ctx.listing:
+        return []
     settings = _settings(ctx)
     entries = configured_servers(settings, _base_dir(ctx))
     if not entries:

@@ -102,3 +102,26 @@ def test_rlf_eval_runs_the_example_config_on_geoquery(shared_data, tmp_path):
     rewards = [round(records[r["id"]]["reward"], 6) for r in rows]
     assert rewards == [1.0, 1.0, 0.1]
     assert "reward" in out.stdout and "0.7000" in out.stdout
+
+
+def test_rlf_train_runs_the_example_config_on_geoquery(shared_data, tmp_path):
+    """Two GRPO steps on GeoQuery with a tiny model built from the rows' text: the loop runs the sql
+    tool against the real database and the execution reward feeds the update."""
+    geoquery = shared_data / "nl2sql" / "geoquery"
+    rows = prepare(read_records(geoquery / "geoquery.jsonl"), geoquery, where={"question_split": "train"}, limit=4).rows
+    write_jsonl(rows, tmp_path / "rows.jsonl")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RLF_")}
+    out = subprocess.run(
+        [sys.executable, "-m", "rlfcore", "train", str(EXAMPLE), "--run-dir", str(tmp_path / "run"),
+         f"data.train={tmp_path / 'rows.jsonl'}", f"nl2sql.db_root={geoquery}", f"model.path={tmp_path / 'model'}",
+         f"model.init.texts=[{tmp_path / 'rows.jsonl'}]", "model.init.vocab_size=400", "model.init.hidden_size=32",
+         "model.init.num_layers=1", "model.init.intermediate_size=64", "model.init.template=qwen3",
+         "trainer.steps=2", "trainer.prompts_per_step=2", "rollout.n=2", "rollout.max_turns=2",
+         "rollout.sampling.temperature=1.0", "rollout.sampling.max_tokens=16", "engine.device=cpu"],
+        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600,
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    metrics = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [1, 2] and all("reward_mean" in m for m in metrics)
+    sample = json.loads((tmp_path / "run" / "samples" / "step_000001.jsonl").read_text().splitlines()[0])
+    assert sample["env"] == "nl2sql" and sample["reward_error"] is None

@@ -1,0 +1,91 @@
+"""The ``rlf_agent`` agent loop: rlf's own loop inside verl's agent-loop workers.
+
+verl builds one agent-loop object per sample and calls ``run``; this one rebuilds the rlf row, runs
+:meth:`rlfcore.loop.Rollout.trajectory` (the code the local path runs) with verl's server client as
+the engine, and hands back tokens, loss mask and logprobs, with the structured trace in
+``extra_fields["rlf"]`` for the reward function.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+from uuid import uuid4
+
+from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
+
+from rlfcore.backends.verl import AGENT_NAME
+from rlfcore.backends.verl.convert import row_from_verl
+from rlfcore.backends.verl.shared import rlf_settings, shared_runtime
+from rlfcore.chat import HFChatTokenizer
+from rlfcore.engines.base import Engine, Generation, SamplingParams
+from rlfcore.loop import Rollout, Trajectory
+
+TRACE_FIELDS = (
+    "id", "row_id", "env", "messages", "num_turns", "tool_calls", "tool_errors", "tool_error_kinds",
+    "stop_reason", "truncated", "error", "template_mismatch", "generate_s", "tools_s", "ground_truth", "extra",
+)
+"""The trajectory fields sent to the reward function; token lists stay in verl's tensors."""
+
+
+class VerlServerEngine(Engine):
+    """rlf's engine interface over verl's ``LLMServerClient``: token ids in, token ids and logprobs out.
+
+    Temperature, top-p and top-k come from verl (greedy in validation); the per-turn token budget
+    comes from the rlf loop. Logprobs are always requested, since verl trains on rollout logprobs.
+    """
+
+    def __init__(self, client: Any, sampling_params: dict[str, Any]):
+        self.client = client
+        self.sampling = {k: v for k, v in sampling_params.items() if k not in ("max_tokens", "max_new_tokens")}
+
+    async def generate(self, prompt_ids: list[int], params: SamplingParams, request_id: str = "") -> Generation:
+        sampling = {**self.sampling, "max_tokens": params.max_tokens, "logprobs": True}
+        out = await self.client.generate(request_id=request_id, prompt_ids=list(prompt_ids), sampling_params=sampling)
+        tokens = list(out.token_ids)
+        if out.log_probs is None or len(out.log_probs) != len(tokens):
+            got = "none" if out.log_probs is None else len(out.log_probs)
+            raise RuntimeError(f"verl's server returned {len(tokens)} tokens and {got} logprobs for request {request_id}")
+        stopped = bool(tokens) and (tokens[-1] in params.stop_token_ids)
+        finish = "length" if len(tokens) >= params.max_tokens and not stopped else "stop"
+        return Generation(token_ids=tokens, logprobs=[float(x) for x in out.log_probs], finish_reason=finish)
+
+
+def trace_of(traj: Trajectory) -> dict[str, Any]:
+    """What the reward function needs of a trajectory: messages, routing, counters, ground truth."""
+    return {name: getattr(traj, name) for name in TRACE_FIELDS}
+
+
+def trajectory_of(trace: dict[str, Any]) -> Trajectory:
+    """The trajectory a trace describes (without tokens), for the reward pipeline."""
+    names = {f.name for f in dataclasses.fields(Trajectory)}
+    return Trajectory(**{k: v for k, v in trace.items() if k in names})
+
+
+@register(AGENT_NAME)
+class RlfAgentLoop(AgentLoopBase):
+    """Runs one rlf trajectory per verl sample with the run's enabled plugins."""
+
+    async def run(self, sampling_params: dict[str, Any], **kwargs: Any) -> AgentLoopOutput:
+        config_path, overrides = rlf_settings(self.config)
+        runtime = await shared_runtime(config_path, overrides)
+        tokenizer = HFChatTokenizer(self.tokenizer)
+        rollout = Rollout(runtime, VerlServerEngine(self.server_manager, sampling_params), tokenizer)
+        rollout.seed = None  # verl seeds its servers; per-request seeds would repeat across steps
+        row = row_from_verl(kwargs)
+        traj = await rollout.trajectory(row, f"{row.id}#{uuid4().hex[:8]}")
+        prompt_len, response_len = self.rollout_config.prompt_length, self.rollout_config.response_length
+        if len(traj.prompt_ids) > prompt_len:
+            raise ValueError(
+                f"row {row.id!r}: the prompt has {len(traj.prompt_ids)} tokens, verl's prompt_length is {prompt_len}; "
+                "raise rollout.max_total_tokens (verl's prompt_length is max_total_tokens - max_response_tokens)"
+            )
+        return AgentLoopOutput(
+            prompt_ids=traj.prompt_ids,
+            response_ids=traj.response_ids[:response_len],
+            response_mask=traj.response_mask[:response_len],
+            response_logprobs=traj.logprobs[:response_len],
+            num_turns=traj.num_turns,
+            metrics=AgentLoopMetrics(generate_sequences=traj.generate_s, tool_calls=traj.tools_s),
+            extra_fields={"rlf": trace_of(traj)},
+        )

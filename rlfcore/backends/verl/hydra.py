@@ -1,0 +1,203 @@
+"""The rlf config as verl Hydra overrides, composed and checked by verl's own config code.
+
+Only settings with a meaning in both are translated; everything else keeps verl's default and can be
+set with raw overrides, which come last and so win. The rlf config path and its overrides ride along
+in verl's config (``rlf.*`` and the reward function's kwargs), because Ray workers read nothing else.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from rlfcore.backends.verl import AGENT_NAME
+
+if TYPE_CHECKING:
+    from omegaconf import DictConfig
+
+    from rlfcore.config import RunConfig
+
+
+class TranslationError(ValueError):
+    """An rlf setting that verl cannot express, or a verl config that verl's validation rejects."""
+
+
+@dataclass
+class Cluster:
+    """Where verl runs: GPUs per node, nodes, the rollout engine and an existing Ray cluster, if any."""
+
+    gpus_per_node: int = 1
+    nodes: int = 1
+    rollout: str = "vllm"
+    ray_address: str | None = None
+    tensor_parallel: int = 1
+    gpu_memory_utilization: float = 0.5
+    env_vars: dict[str, str] = field(default_factory=dict)
+
+
+_PLAIN = re.compile(r"[A-Za-z_/.~][\w./~+-]*")
+_RESERVED = {"true", "false", "null", "none", "inf", "nan"}
+
+
+def hydra_value(value: Any) -> str:
+    """A Python value in Hydra's override grammar; strings are quoted when they need it (spaces, ``=``, quotes)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(hydra_value(v) for v in value) + "]"
+    text = str(value)
+    if _PLAIN.fullmatch(text) and text.lower() not in _RESERVED:
+        return text
+    # Hydra unescapes only backslashes that precede a quote or end the string, then \' itself
+    text = re.sub(r"(\\+)(?='|$)", lambda m: m.group(1) * 2, text).replace("'", "\\'")
+    return f"'{text}'"
+
+
+def _model_path(config: RunConfig, config_path: Path) -> str:
+    if not config.model.path:
+        raise TranslationError("model.path: the verl backend needs a model folder (or hub name) to train")
+    path = Path(config.model.path).expanduser()
+    if not path.is_absolute() and (config_path.parent / path).exists():
+        path = config_path.parent / path
+    return str(path.resolve()) if path.exists() else config.model.path
+
+
+def verl_overrides(
+    config: RunConfig,
+    config_path: str | Path,
+    train_file: str | Path,
+    val_file: str | Path | None = None,
+    rlf_overrides: list[str] | None = None,
+    run_dir: str | Path | None = None,
+    cluster: Cluster | None = None,
+) -> list[str]:
+    """verl overrides that run ``config`` with GRPO on the converted parquet files.
+
+    Raises TranslationError for settings verl has no equivalent of.
+    """
+    from rlfcore.backends.verl import reward
+
+    cluster = cluster or Cluster()
+    config_path = Path(config_path).resolve()
+    t, r = config.trainer, config.rollout
+    if t.lr_schedule not in ("constant", "cosine"):
+        raise TranslationError(f"trainer.lr_schedule: verl has constant and cosine schedules, not {t.lr_schedule!r}")
+    prompt_len = r.max_total_tokens - r.max_response_tokens
+    if prompt_len <= 0:
+        raise TranslationError(
+            f"rollout.max_total_tokens ({r.max_total_tokens}) must exceed rollout.max_response_tokens "
+            f"({r.max_response_tokens}): verl pads prompts to the difference"
+        )
+    micro = min(t.micro_batch_size, t.prompts_per_step * r.n)
+    rlf = {"config": str(config_path), "overrides": list(rlf_overrides or [])}
+    actor = "actor_rollout_ref.actor"
+    rollout = "actor_rollout_ref.rollout"
+    out: dict[str, Any] = {
+        "algorithm.adv_estimator": "grpo",
+        "algorithm.norm_adv_by_std_in_grpo": t.std_normalize,
+        "algorithm.use_kl_in_reward": False,
+        "data.train_files": str(Path(train_file).resolve()),
+        "data.val_files": str(Path(val_file or train_file).resolve()),
+        "data.train_batch_size": t.prompts_per_step,
+        "data.max_prompt_length": prompt_len,
+        "data.max_response_length": r.max_response_tokens,
+        "data.return_raw_chat": True,
+        "data.filter_overlong_prompts": False,
+        "data.truncation": "error",
+        "data.seed": config.seed,
+        "actor_rollout_ref.model.path": _model_path(config, config_path),
+        f"{actor}.ppo_mini_batch_size": t.prompts_per_step,
+        f"{actor}.ppo_micro_batch_size_per_gpu": micro,
+        f"{actor}.ppo_epochs": t.epochs_per_step,
+        f"{actor}.optim.lr": t.lr,
+        f"{actor}.optim.weight_decay": t.weight_decay,
+        f"{actor}.optim.lr_warmup_steps": t.warmup_steps or -1,
+        f"{actor}.optim.lr_scheduler_type": t.lr_schedule,
+        f"{actor}.grad_clip": t.max_grad_norm,
+        f"{actor}.clip_ratio_low": t.clip_ratio,
+        f"{actor}.clip_ratio_high": t.clip_ratio_high or t.clip_ratio,
+        f"{actor}.use_kl_loss": t.kl_coef > 0,
+        f"{actor}.kl_loss_coef": t.kl_coef,
+        f"{actor}.loss_agg_mode": "token-mean" if t.loss_agg == "token-mean" else "seq-mean-token-mean",
+        f"{rollout}.name": cluster.rollout,
+        f"{rollout}.mode": "async",
+        f"{rollout}.n": r.n,
+        f"{rollout}.temperature": r.sampling.temperature,
+        f"{rollout}.top_p": r.sampling.top_p,
+        f"{rollout}.top_k": r.sampling.top_k,
+        f"{rollout}.calculate_log_probs": True,
+        f"{rollout}.tensor_model_parallel_size": cluster.tensor_parallel,
+        f"{rollout}.gpu_memory_utilization": cluster.gpu_memory_utilization,
+        f"{rollout}.log_prob_micro_batch_size_per_gpu": micro,
+        f"{rollout}.multi_turn.enable": True,
+        f"{rollout}.multi_turn.max_assistant_turns": r.max_turns,
+        f"{rollout}.agent.default_agent_loop": AGENT_NAME,
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": micro,
+        "reward.custom_reward_function.path": reward.__file__,
+        "reward.custom_reward_function.name": "compute_score",
+        "+reward.custom_reward_function.reward_kwargs.rlf_config": rlf["config"],
+        "+reward.custom_reward_function.reward_kwargs.rlf_overrides": rlf["overrides"],
+        "+rlf.config": rlf["config"],
+        "+rlf.overrides": rlf["overrides"],
+        "trainer.total_training_steps": t.steps,
+        "trainer.total_epochs": max(1, t.steps),
+        "trainer.save_freq": t.checkpoint_every,
+        "trainer.test_freq": -1,
+        "trainer.val_before_train": False,
+        "trainer.logger": ["console"],
+        "trainer.project_name": "rlf",
+        "trainer.experiment_name": config_path.stem,
+        "trainer.n_gpus_per_node": cluster.gpus_per_node,
+        "trainer.nnodes": cluster.nodes,
+    }
+    if run_dir is not None:
+        out["trainer.default_local_dir"] = str(Path(run_dir).resolve() / "checkpoints")
+    if cluster.ray_address:
+        out["+ray_kwargs.ray_init.address"] = cluster.ray_address
+    for name, value in cluster.env_vars.items():
+        out[f"+ray_kwargs.ray_init.runtime_env.env_vars.{name}"] = value
+    return [f"{k}={hydra_value(v)}" for k, v in out.items()]
+
+
+def config_dir() -> str:
+    """verl's own trainer config folder (``ppo_trainer.yaml`` and its groups)."""
+    import verl.trainer
+
+    return os.path.join(os.path.dirname(verl.trainer.__file__), "config")
+
+
+def compose(overrides: list[str]) -> DictConfig:
+    """verl's PPO trainer config with ``overrides`` applied, as ``verl.trainer.main_ppo`` would build it."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        with initialize_config_dir(config_dir=config_dir(), version_base=None):
+            return hydra_compose("ppo_trainer", overrides=overrides)
+    except (HydraException, OmegaConfBaseException) as exc:
+        raise TranslationError(f"verl rejects the overrides: {exc}") from None
+
+
+def validate(cfg: DictConfig) -> None:
+    """Run verl's own config validation (what ``main_ppo`` does before starting Ray)."""
+    import warnings
+
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # GRPO disables the critic on purpose
+            validate_config(config=cfg, use_reference_policy=need_reference_policy(cfg), use_critic=need_critic(cfg))
+    except Exception as exc:  # verl raises AssertionError and hydra InstantiationException alike
+        cause = exc.__cause__ or exc
+        raise TranslationError(f"verl's config validation failed: {type(cause).__name__}: {cause}") from None

@@ -1,0 +1,134 @@
+"""The rlf_agent loop inside verl's real agent-loop worker, with a scripted LLM server client.
+
+The batch comes from verl's own dataset class reading the converted parquet; rewards come back
+through verl's reward-loop worker and reward manager calling the rlf reward function.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("verl", reason="verl is not installed (pip install 'rlfcore[verl]')")
+
+from test_verl_support import LOGPROB, ScriptedServerClient, TEXTS, write_run  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    from rlfcore.tinymodel import build_tiny
+
+    return build_tiny(TEXTS, tmp_path_factory.mktemp("tiny") / "model", vocab_size=300)
+
+
+@pytest.fixture(scope="module")
+def plan(tiny, tmp_path_factory):
+    from rlfcore.backends.verl.launch import prepare
+
+    tmp = tmp_path_factory.mktemp("run")
+    config = write_run(tmp, tiny)
+    return prepare(config, [], ["actor_rollout_ref.rollout.agent.num_workers=1"], tmp / "out")
+
+
+class _RemoteMethod:
+    """``handle.method.remote(...)`` for an in-process object, as the worker calls Ray actors."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def remote(self, *args, **kwargs):
+        return self.fn(*args, **kwargs)
+
+
+class _InProcessRewardHandle:
+    def __init__(self, worker):
+        self.compute_score = _RemoteMethod(worker.compute_score)
+
+
+def _batch(plan, tokenizer):
+    from verl import DataProto
+    from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
+
+    dataset = RLHFDataset(str(plan.train_file), tokenizer, plan.config.data)
+    batch = DataProto.from_single_dict(collate_fn([dataset[i] for i in range(len(dataset))]))
+    return batch.repeat(plan.config.actor_rollout_ref.rollout.n, interleave=True)
+
+
+def test_agent_loop_through_verls_worker(plan):
+    import rlfcore.backends.verl.plugin  # noqa: F401  (what verl's entry point imports)
+    from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
+    from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
+
+    cfg = plan.config
+
+    async def scenario():  # verl's workers keep the event loop they were built in: build them in this one
+        reward_worker = RewardLoopWorker(cfg)
+        worker = AgentLoopWorker(cfg, llm_client=None, reward_loop_worker_handles=[_InProcessRewardHandle(reward_worker)])
+        worker.llm_client = ScriptedServerClient(worker.tokenizer)
+        batch = _batch(plan, worker.tokenizer)
+        return worker, batch, await worker.generate_sequences(batch)
+
+    worker, batch, out = asyncio.run(scenario())
+    client = worker.llm_client
+
+    tok = worker.tokenizer
+    n = len(batch)
+    assert n == 8 and out.batch["responses"].shape == (n, cfg.actor_rollout_ref.rollout.response_length)
+    for i in range(n):
+        mask = out.batch["response_mask"][i]
+        logprobs = out.batch["rollout_log_probs"][i]
+        valid = int(out.batch["attention_mask"][i, cfg.data.max_prompt_length :].sum())
+        response = out.batch["responses"][i, :valid].tolist()
+        # generated tokens (mask 1) carry the server's logprobs; the tool observation (mask 0) carries none
+        assert mask[:valid].tolist().count(0) > 0 and mask[valid:].sum() == 0
+        assert all(abs(lp - LOGPROB) < 1e-6 for lp in logprobs[mask.bool()].tolist())
+        assert all(lp == 0 for lp in logprobs[~mask.bool()].tolist())
+        text = tok.decode(response)
+        assert "<tool_call>" in text and "<tool_response>\n5\n</tool_response>" in text
+        trace = out.non_tensor_batch["rlf"][i]
+        assert trace["stop_reason"] == "answer" and trace["tool_calls"] == 1 and trace["env"] == "adder"
+        assert [m["role"] for m in trace["messages"]] == ["user", "assistant", "tool", "assistant"]
+        assert trace["messages"][2]["content"] == "5"
+        row = int(trace["row_id"][1:])
+        expected = 1.0 if row % 2 == 0 else 0.0
+        assert out.non_tensor_batch["score"][i] == expected
+        assert out.non_tensor_batch["rlf_error"][i] == 0.0
+        assert out.batch["rm_scores"][i].sum().item() == expected
+        assert out.batch["rm_scores"][i, valid - 1].item() == expected
+    assert out.non_tensor_batch["__num_turns__"].tolist() == [2] * n
+    # every request asked for logprobs and a per-turn budget from the rlf loop
+    assert all(r["sampling_params"]["logprobs"] is True and r["sampling_params"]["max_tokens"] <= 64 for r in client.requests)
+    # the two turns of one trajectory share a request id (verl's sticky sessions keep its prefix cache)
+    assert len(client.turns) == n and all(v == 2 for v in client.turns.values())
+
+
+def test_reward_without_trace_names_the_problem():
+    from rlfcore.backends.verl.reward import compute_score
+
+    with pytest.raises(ValueError, match="rlf_agent"):
+        asyncio.run(compute_score("adder", "5", "5", {"index": 0}, rlf_config="run.yaml"))
+
+
+def test_runtime_is_built_once_and_a_bad_config_fails_loudly_once(tmp_path, caplog):
+    from rlfcore.backends.verl.shared import shared_runtime
+
+    (tmp_path / "good.yaml").write_text("rollout: {n: 2}\n")
+    (tmp_path / "bad.yaml").write_text("rollout: {n: 0}\n")
+
+    async def scenario():
+        a, b = await asyncio.gather(shared_runtime(str(tmp_path / "good.yaml")), shared_runtime(str(tmp_path / "good.yaml")))
+        c = await shared_runtime(str(tmp_path / "good.yaml"), ["rollout.n=3"])
+        failures = []
+        for _ in range(2):
+            try:
+                await shared_runtime(str(tmp_path / "bad.yaml"))
+            except Exception as exc:
+                failures.append(exc)
+        return a, b, c, failures
+
+    a, b, c, failures = asyncio.run(scenario())
+    assert a is b and c is not a and c.config.rollout.n == 3
+    assert len(failures) == 2 and "rollout.n" in str(failures[0])
+    assert [r.levelname for r in caplog.records if "cannot load the run config" in r.message] == ["ERROR"]
