@@ -1,8 +1,9 @@
 """Arithmetic questions for the embedded default run, and mixed demonstrations for its SFT warm start.
 
 Deterministic (seeded): ``python make_data.py`` rewrites questions.jsonl (GRPO), eval.jsonl and
-demos.jsonl. Questions mix one-digit sums a small model can learn by heart with two- and three-digit
-arithmetic it cannot: the calculator tool is the way to those. Demonstrations call the tool on about
+demos.jsonl. Questions are two-digit sums, differences and products, which a small model cannot
+learn by heart: the calculator tool is the way to them. Operands have a fixed width, so copying them
+into a tool call is a fixed-offset pattern a tiny model learns quickly. Demonstrations call the tool on about
 40% of questions and answer directly on the rest, so GRPO has both behaviours to choose between.
 """
 
@@ -17,10 +18,9 @@ TOOL = "calculate"
 
 
 def question(rng: random.Random) -> tuple[str, str]:
+    """Two-digit operands (a one-digit factor in products): fixed-width numbers, answers of 1 to 4 digits."""
     op = rng.choice("+-*")
-    digits = rng.choice([1, 2, 2, 3])
-    hi = 10**digits - 1
-    a, b = rng.randint(0, hi), rng.randint(0, hi if op != "*" else 99)
+    a, b = rng.randint(10, 99), rng.randint(10, 99) if op != "*" else rng.randint(2, 9)
     expression = f"{a}{op}{b}"
     value = {"+": a + b, "-": a - b, "*": a * b}[op]
     return expression, str(value)
