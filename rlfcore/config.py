@@ -105,7 +105,6 @@ class SFTConfig(_Section):
 
 
 class TrainerConfig(_Section):
-    backend: Literal["local"] = Field("local", description="local: one process, CPU or one GPU.")
     steps: int = Field(100, ge=0, description="GRPO steps.")
     prompts_per_step: int = Field(8, ge=1, description="Dataset rows per step; each gets rollout.n samples.")
     lr: float = Field(1e-4, gt=0)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import inspect
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Literal, Union
+from typing import Any, Callable, Literal
 
 Message = dict[str, Any]
 """One chat message in OpenAI format: ``{"role": ..., "content": ..., "tool_calls"?: [...]}``."""
@@ -129,6 +129,3 @@ class Example:
     script: list[str]
     expected_reward: float | None = None
 
-
-ScoreLike = Union[float, Score]
-MaybeAwaitable = Union[Any, Awaitable[Any]]

@@ -6,23 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import run_rlf
+from conftest import ADDER_PLUGIN, run_rlf
 
-PLUGIN = '''
-from rlfcore import hookimpl
-from rlfcore.tools import tool
-
-
-@tool
-def add(a: int, b: int) -> int:
-    """Add two integers."""
-    return a + b
-
-
-@hookimpl
-def register_tools(ctx):
-    return [add]
-'''
 
 TEXTS = ["What is 2 plus 3? The answer is 5.", '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>'] * 20
 
@@ -35,7 +20,7 @@ def tiny(tmp_path_factory) -> Path:
 
 
 def test_eval_with_a_tiny_local_model(tiny, tmp_path):
-    (tmp_path / "adder.py").write_text(PLUGIN)
+    (tmp_path / "adder.py").write_text(ADDER_PLUGIN)
     rows = [{"id": f"q{i}", "prompt": f"What is {i} plus 1?", "ground_truth": str(i + 1)} for i in range(5)]
     (tmp_path / "data.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     (tmp_path / "run.yaml").write_text(
@@ -66,7 +51,7 @@ def test_token_exact_with_a_trained_bpe_tokenizer(tiny, tmp_path):
     from rlfcore.loop import Rollout
     from rlfcore.testing import make_runtime
 
-    (tmp_path / "adder.py").write_text(PLUGIN)
+    (tmp_path / "adder.py").write_text(ADDER_PLUGIN)
     (tmp_path / "run.yaml").write_text("local_plugins: [adder.py]\n")
     runtime = make_runtime(tmp_path / "run.yaml")
     tok = load_tokenizer(str(tiny))

@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("verl", reason="verl is not installed (pip install 'rlfcore[verl]')")
 
-from test_verl_support import LOGPROB, ScriptedServerClient, TEXTS, write_run  # noqa: E402
+from verl_support import LOGPROB, ScriptedServerClient, TEXTS, write_run  # noqa: E402
 
 
 @pytest.fixture(scope="module")

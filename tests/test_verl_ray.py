@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("verl", reason="verl is not installed (pip install 'rlfcore[verl]')")
 
-from test_verl_support import LOGPROB, ScriptedServerClient, TEXTS, write_run  # noqa: E402
+from verl_support import LOGPROB, ScriptedServerClient, TEXTS, write_run  # noqa: E402
 
 pytestmark = pytest.mark.slow  # starting Ray and its actors (each imports verl) takes about 30 s
 

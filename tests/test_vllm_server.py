@@ -25,7 +25,7 @@ pytestmark = [
 
 httpx = pytest.importorskip("httpx")
 
-from conftest import run_rlf  # noqa: E402
+from conftest import ADDER_PLUGIN, run_rlf  # noqa: E402
 
 from rlfcore.engines.base import SamplingParams  # noqa: E402
 from rlfcore.engines.openai import OpenAIEngine  # noqa: E402
@@ -33,21 +33,6 @@ from rlfcore.engines.openai import OpenAIEngine  # noqa: E402
 SERVED = "tiny"
 START_TIMEOUT_S = 300.0
 TEXTS = ["What is 2 plus 3? The answer is 5.", '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>'] * 20
-PLUGIN = '''
-from rlfcore import hookimpl
-from rlfcore.tools import tool
-
-
-@tool
-def add(a: int, b: int) -> int:
-    """Add two integers."""
-    return a + b
-
-
-@hookimpl
-def register_tools(ctx):
-    return [add]
-'''
 
 
 @pytest.fixture(scope="module")
@@ -236,7 +221,7 @@ async def test_seeded_sampling_repeats_and_logprobs_are_at_temperature_one(serve
 
 
 def test_rlf_eval_against_vllm(server, tiny, tmp_path):
-    (tmp_path / "adder.py").write_text(PLUGIN)
+    (tmp_path / "adder.py").write_text(ADDER_PLUGIN)
     rows = [{"id": f"q{i}", "prompt": f"What is {i} plus 1?", "ground_truth": str(i + 1)} for i in range(3)]
     (tmp_path / "data.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     (tmp_path / "run.yaml").write_text(

@@ -7,21 +7,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-PLUGIN = '''
-from rlfcore import hookimpl
-from rlfcore.tools import tool
+from conftest import ADDER_PLUGIN
 
-
-@tool
-def add(a: int, b: int) -> int:
-    """Add two integers."""
-    return a + b
-
-
-@hookimpl
-def register_tools(ctx):
-    return [add]
-'''
 
 CALL = '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>'
 TEXTS = ["What is 2 plus 3? The answer is 5.", CALL] * 20
@@ -30,7 +17,7 @@ LOGPROB = -0.25
 
 def write_run(tmp: Path, model: Path, rows: int = 4, extra: str = "") -> Path:
     """A run folder: the adder plugin, ``rows`` questions and a config using the tiny model."""
-    (tmp / "adder.py").write_text(PLUGIN)
+    (tmp / "adder.py").write_text(ADDER_PLUGIN)
     data = [{"id": f"q{i}", "prompt": f"What is {i} plus 1?", "ground_truth": str(i + 1)} for i in range(rows)]
     (tmp / "data.jsonl").write_text("\n".join(json.dumps(r) for r in data) + "\n")
     (tmp / "run.yaml").write_text(
