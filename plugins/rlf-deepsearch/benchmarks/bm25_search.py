@@ -255,7 +255,6 @@ def main() -> None:
         corpus, queries = synthetic_corpus(args.synthetic_size, args.work_dir)
         print(f"synthetic corpus of {args.synthetic_size:,} passages ready in {time.perf_counter() - start:.0f} s", file=sys.stderr)
         datasets.append((f"synthetic-{args.synthetic_size}", corpus, queries))
-    engines = ["bm25s"] + ([] if args.skip_rank_bm25 else ["rank-bm25"])
 
     results = []
     for name, corpus, queries in datasets:
