@@ -94,6 +94,9 @@ class RewardConfig(_Section):
         default_factory=dict, description="Weights of score components and `judge`; empty: the score alone."
     )
     timeout_s: float = Field(60.0, gt=0, description="Per sample and scorer.")
+    processes: int = Field(
+        0, ge=0, description="Worker processes for CPU-heavy scorers (`ctx.in_process`); 0: up to 4, one per CPU."
+    )
 
 
 class SFTConfig(_Section):
@@ -119,6 +122,11 @@ class TrainerConfig(_Section):
     kl_coef: float = Field(0.0, ge=0, description="Weight of the KL penalty to the frozen initial model.")
     loss_agg: Literal["token-mean", "seq-mean"] = "token-mean"
     std_normalize: bool = Field(True, description="Divide advantages by the group's std (false: Dr. GRPO).")
+    turn_advantage: Literal["outcome", "return_to_go"] = Field(
+        "outcome",
+        description="outcome: one advantage per sample from its reward; return_to_go: each assistant turn's "
+        "tokens get the group-normalised reward earned from that turn on (the same as outcome without per-turn rewards).",
+    )
     bf16: bool = Field(True, description="bf16 autocast where the hardware has it (CUDA).")
     device: str = Field("auto", description="cpu, cuda, or auto.")
     checkpoint_every: int = Field(50, ge=1)

@@ -7,7 +7,7 @@ breaking any plugin: an implementation reads only the attributes it needs.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, TypeVar
 
 if TYPE_CHECKING:
     from pydantic import BaseModel
@@ -15,6 +15,8 @@ if TYPE_CHECKING:
     from rlfcore.config import RunConfig
     from rlfcore.runtime import Runtime
     from rlfcore.types import Message, Sample, Tool
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -59,10 +61,23 @@ class TurnContext:
 @dataclass
 class ScoreContext:
     """For the reward hooks. ``group`` holds every sample of the same prompt (GRPO's group);
-    ``settings`` is the config section of the plugin whose hook is called."""
+    ``settings`` is the config section of the plugin whose hook is called. ``judge_endpoints`` are
+    OpenAI-compatible base URLs (ending in ``/v1``) of a judge model the trainer itself serves (verl's
+    reward router when verl's ``reward.reward_model`` is enabled); empty otherwise."""
 
     env: str | None
     settings: BaseModel | None = None
     config: RunConfig | None = None
     group: list[Sample] = field(default_factory=list)
     runtime: Runtime | None = None
+    judge_endpoints: list[str] = field(default_factory=list)
+
+    async def in_process(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        """``fn(*args, **kwargs)`` in one of the run's worker processes (``reward.processes``), for
+        scoring that would hold the event loop up. ``fn`` must be a module-level function and its
+        arguments must pickle. A worker that dies raises :class:`rlfcore.processes.WorkerDied`,
+        which the pipeline records on that sample only. Without a runtime (a context built by
+        hand in a unit test) it runs in this process."""
+        if self.runtime is None:
+            return fn(*args, **kwargs)
+        return await self.runtime.processes.run(fn, *args, **kwargs)

@@ -154,11 +154,17 @@ def verify_tool(sample: Sample, ctx: ScoreContext) -> Verification | None:
 
 
 @hookspec(firstresult=True)
-def compute_score(sample: Sample, verification: Verification | None, ctx: ScoreContext) -> float | Score | None:
-    """Return the rule-based reward of one finished trajectory: a float, or a Score with components.
+def compute_score(
+    sample: Sample, verification: Verification | None, ctx: ScoreContext
+) -> float | list[float] | Score | None:
+    """Return the rule-based reward of one finished trajectory: a float, a Score with components, or
+    a list of per-turn rewards.
 
-    Called after ``verify_tool``. A per-turn reward may be returned as ``Score.components``. First
-    result. Default: exact match of the final answer against ``sample.ground_truth``. May be async.
+    Called after ``verify_tool``. A list holds one reward per assistant turn, in order
+    (``sample.num_turns`` entries; another length is an error on that sample): the ``score`` component
+    is their sum, and ``trainer.turn_advantage: return_to_go`` credits each turn with the rewards from
+    it on. First result. Default: exact match of the final answer against ``sample.ground_truth``.
+    May be async.
     """
 
 

@@ -23,7 +23,7 @@ from rlfcore.data import Row
 from rlfcore.engines.base import Engine, SamplingParams
 from rlfcore.hookcall import call_first
 from rlfcore.runtime import Runtime
-from rlfcore.sequences import SequenceBuilder
+from rlfcore.sequences import RolloutTokens, SequenceBuilder
 from rlfcore.types import Message, ToolCall, ToolResult
 
 StopReason = Literal["answer", "no_tool_call", "max_turns", "max_total_tokens", "max_response_tokens", "error"]
@@ -56,6 +56,8 @@ class Trajectory:
     reward: float = 0.0
     reward_components: dict[str, float] = field(default_factory=dict)
     reward_error: str | None = None
+    turn_rewards: list[float] | None = None
+    """One reward per assistant turn when ``compute_score`` returned a list; their sum is ``score``."""
 
     @property
     def response(self) -> str:
@@ -77,12 +79,15 @@ class Trajectory:
 class Rollout:
     """Runs trajectories of dataset rows through an engine, with the run's plugins."""
 
-    def __init__(self, runtime: Runtime, engine: Engine, tokenizer: ChatTokenizer):
+    def __init__(
+        self, runtime: Runtime, engine: Engine, tokenizer: ChatTokenizer, tokens: RolloutTokens | None = None
+    ):
         self.runtime = runtime
         self.engine = engine
         self.tok = tokenizer
         self.cfg = runtime.config.rollout
-        self.seq = SequenceBuilder(tokenizer)
+        self.seq: RolloutTokens = tokens or SequenceBuilder(tokenizer)
+        """Prompt and observation tokens; a backend may bring its own (verl's continuous-token builders)."""
         self.seed: int | None = runtime.config.rollout.sampling.seed
         """Base of the per-sample sampling seeds; the trainer sets a new one each step."""
         self._gate: asyncio.Semaphore | None = None
@@ -190,14 +195,21 @@ class Rollout:
                 return
             results = await self._invoke(calls, ctx, traj)
             observation = await call_first(self.runtime.impls("build_observation", traj.env), results=results, ctx=ctx)
-            obs_ids = self.seq.observation_ids(observation or [], gen.token_ids[-1])
-            if len(traj.response_ids) + len(obs_ids) > self.cfg.max_response_tokens:
+            observation = observation or []
+            drop, obs_ids = self.seq.context_ids(
+                traj.prompt_ids + traj.response_ids, traj.messages, traj.messages + observation, schemas
+            )
+            if drop > len(gen.token_ids):
+                raise RuntimeError(f"the token builder dropped {drop} tokens, more than the {len(gen.token_ids)} just generated")
+            kept = len(traj.response_ids) - drop
+            if kept + len(obs_ids) > self.cfg.max_response_tokens:
                 traj.stop_reason, traj.truncated = "max_response_tokens", True
                 return
-            if len(traj.prompt_ids) + len(traj.response_ids) + len(obs_ids) > self.cfg.max_total_tokens:
+            if len(traj.prompt_ids) + kept + len(obs_ids) > self.cfg.max_total_tokens:
                 traj.stop_reason, traj.truncated = "max_total_tokens", True
                 return
-            traj.messages.extend(observation or [])
+            traj.messages.extend(observation)
+            del traj.response_ids[kept:], traj.response_mask[kept:], traj.logprobs[kept:]
             traj.response_ids += obs_ids
             traj.response_mask += [0] * len(obs_ids)
             traj.logprobs += [0.0] * len(obs_ids)

@@ -1,7 +1,8 @@
 """The reward pipeline: verify_tool → compute_score → judge → one scalar per trajectory.
 
 Groups (the samples of one prompt) are scored concurrently. A scorer's error or timeout is recorded on
-its sample (reward 0 and the error) and never stops the others.
+its sample (reward 0 and the error) and never stops the others. ``compute_score`` may also reward each
+assistant turn (a list); :func:`turn_returns` turns those into what each turn earned from it on.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from rlfcore.hookcall import call_all, call_first
 from rlfcore.types import Sample, Score, Verification
 
 if TYPE_CHECKING:
+    from rlfcore.config import RewardConfig
     from rlfcore.loop import Trajectory
     from rlfcore.runtime import Runtime
 
@@ -34,8 +36,24 @@ def to_sample(traj: Trajectory) -> Sample:
     )
 
 
+def turn_returns(traj: Trajectory, cfg: RewardConfig) -> list[float]:
+    """What a scored trajectory earned from each of its assistant turns on; the first is ``traj.reward``.
+
+    With turn rewards ``r``: ``G_k = w * (r_k + ... + r_last) + rest``, ``w`` the weight of ``score``
+    in the reward (1 without ``reward.weights``) and ``rest = reward - w * sum(r)`` the part of a
+    composed reward that no turn earned alone (judges, other components), counted on the last turn.
+    Without turn rewards, or when an error zeroed the reward, every turn gets ``traj.reward``.
+    """
+    if traj.turn_rewards is None or traj.reward_error is not None:
+        return [traj.reward] * traj.num_turns
+    w = cfg.weights.get("score", 0.0) if cfg.weights else 1.0
+    rest = traj.reward - w * sum(traj.turn_rewards)
+    return [w * sum(traj.turn_rewards[k:]) + rest for k in range(len(traj.turn_rewards))]
+
+
 class RewardPipeline:
-    """Scores finished trajectories in place: ``reward``, ``reward_components``, ``reward_error``."""
+    """Scores finished trajectories in place: ``reward``, ``reward_components``, ``reward_error`` and
+    ``turn_rewards``."""
 
     def __init__(self, runtime: Runtime):
         self.runtime = runtime
@@ -51,7 +69,8 @@ class RewardPipeline:
         env = group[0].env
         samples = [to_sample(t) for t in group]
         ctx = ScoreContext(
-            env=env, settings=self.runtime.settings(env), config=self.runtime.config, group=samples, runtime=self.runtime
+            env=env, settings=self.runtime.settings(env), config=self.runtime.config, group=samples, runtime=self.runtime,
+            judge_endpoints=list(self.runtime.judge_endpoints),
         )
         await asyncio.gather(*(self._score_one(t, s, ctx) for t, s in zip(group, samples)))
         judged = await self._guard(call_all(self.runtime.plugins.impls("judge"), samples=samples, ctx=ctx), "judge")
@@ -70,6 +89,7 @@ class RewardPipeline:
             self._compose(t)
 
     async def _score_one(self, traj: Trajectory, sample: Sample, ctx: ScoreContext) -> None:
+        traj.turn_rewards = None  # a rescored trajectory must not keep the old reward's turns
         if traj.stop_reason == "error":
             traj.reward_error = f"rollout failed: {traj.error}"
             return
@@ -93,8 +113,26 @@ class RewardPipeline:
             traj.reward_components.update({k: float(v) for k, v in score.components.items()})
             traj.reward_components["score"] = float(score.value)
             traj.reward_error = score.error
+        elif isinstance(score, (list, tuple)):
+            self._take_turns(traj, score)
         elif score is not None:
             traj.reward_components["score"] = float(score)
+
+    @staticmethod
+    def _take_turns(traj: Trajectory, rewards: list[Any] | tuple[Any, ...]) -> None:
+        """Per-turn rewards: kept when there is one number per assistant turn; their sum is ``score``."""
+        if len(rewards) != traj.num_turns:
+            traj.reward_error = (
+                f"compute_score returned {len(rewards)} turn rewards for a sample with {traj.num_turns} assistant turns"
+            )
+            return
+        try:
+            values = [float(r) for r in rewards]
+        except (TypeError, ValueError) as exc:
+            traj.reward_error = f"compute_score returned a turn reward that is not a number: {exc}"
+            return
+        traj.turn_rewards = values
+        traj.reward_components["score"] = sum(values)
 
     async def _guard(self, awaitable: Any, what: str) -> Any:
         """The awaited value, or a string naming the failure (exception or timeout)."""

@@ -15,6 +15,7 @@ import pluggy
 
 from rlfcore.context import SetupContext
 from rlfcore.hookcall import resolve
+from rlfcore.processes import ProcessPool
 from rlfcore.types import Example, Tool, ToolCallParser
 
 if TYPE_CHECKING:
@@ -42,6 +43,10 @@ class Runtime:
         self.tools: dict[str, dict[str, Tool]] = {}
         self.examples: dict[str, list[Example]] = {}
         self.engines: dict[str, Callable[..., Engine]] = {}
+        self.processes = ProcessPool(config.reward.processes)
+        """Worker processes for CPU-heavy scorers (``ScoreContext.in_process``), started on first use."""
+        self.judge_endpoints: list[str] = []
+        """Judge servers the trainer runs for this process (verl's reward router), for ``ScoreContext``."""
         self._ready = False
         self._closed = False
 
@@ -83,6 +88,7 @@ class Runtime:
                 await resolve(impl.function(*self._setup_args(impl)))
             except Exception:  # one plugin's cleanup must not keep the others' servers alive
                 log.exception("plugin '%s' failed to shut down", impl.plugin_name)
+        self.processes.close()
 
     async def __aenter__(self) -> Runtime:
         await self.setup()

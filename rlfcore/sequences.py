@@ -8,7 +8,7 @@ generation prompt) is the difference of two chat-template renderings (loss mask 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from rlfcore.chat import ChatTokenizer
 from rlfcore.types import Message
@@ -27,6 +27,16 @@ class Sequence:
     prompt_ids: list[int] = field(default_factory=list)
     response_ids: list[int] = field(default_factory=list)
     response_mask: list[int] = field(default_factory=list)
+
+
+class RolloutTokens(Protocol):
+    """What the loop needs to turn messages into tokens: the first prompt, then what each observation adds."""
+
+    def prompt_ids(self, messages: list[Message], tools: list[dict[str, Any]] | None) -> list[int]: ...
+
+    def context_ids(
+        self, tokens: list[int], before: list[Message], after: list[Message], tools: list[dict[str, Any]] | None
+    ) -> tuple[int, list[int]]: ...
 
 
 class SequenceBuilder:
@@ -51,6 +61,17 @@ class SequenceBuilder:
         if not with_obs.startswith(self._without[:cut]):
             raise TemplateError("the chat template renders earlier messages differently once more messages follow")
         return self.tok.encode(with_obs[cut:])
+
+    def context_ids(
+        self, tokens: list[int], before: list[Message], after: list[Message], tools: list[dict[str, Any]] | None
+    ) -> tuple[int, list[int]]:
+        """How the token stream grows when the loop appends ``after[len(before):]`` (tool results, a
+        user reply) to ``before``: how many trailing tokens of ``tokens`` to drop (none here), and the
+        tokens to append with loss mask 0, ending with the next generation prompt.
+
+        The loop calls this rather than :meth:`observation_ids` so a backend can supply its own rule
+        (verl's continuous-token builders, :mod:`rlfcore.backends.verl.bridge`)."""
+        return 0, self.observation_ids(after[len(before) :], tokens[-1])
 
     def assistant_ids(self, history: list[Message], message: Message, tools: list[dict[str, Any]] | None) -> list[int]:
         """The tokens a model generates for ``message`` after ``history``: its turn up to and including

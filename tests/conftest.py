@@ -11,23 +11,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 
-ADDER_PLUGIN = '''
-from rlfcore import hookimpl
-from rlfcore.tools import tool
-
-
-@tool
-def add(a: int, b: int) -> int:
-    """Add two integers."""
-    return a + b
-
-
-@hookimpl
-def register_tools(ctx):
-    return [add]
-'''
-"""A local plugin file with one tool, for tests that need a tool but not a particular plugin."""
-
 
 def run_rlf(*args: str, site: Path | None = None, env: dict[str, str] | None = None, cwd: Path | None = None):
     """Run ``python -m rlfcore ARGS`` in a fresh process, with ``site`` (installed plugins) on the path."""

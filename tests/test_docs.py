@@ -143,7 +143,7 @@ def test_the_checks_themselves_catch_a_wrong_signature():
     wrong = "## compute_score\n\n```python\ndef compute_score(sample: Sample, ctx: ScoreContext) -> float | Score | None:\n```\n"
     got = documented_def("compute_score", hook_sections(wrong)["compute_score"])
     assert normalized(got) != normalized(expected_def("compute_score"))
-    spaced = "def compute_score(\n    sample: Sample,\n    verification: Verification | None,\n    ctx: ScoreContext,\n) -> float | Score | None:"
+    spaced = "def compute_score(\n    sample: Sample,\n    verification: Verification | None,\n    ctx: ScoreContext,\n) -> float | list[float] | Score | None:"
     assert normalized(spaced) == normalized(expected_def("compute_score"))
 
 

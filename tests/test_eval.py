@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import ADDER_PLUGIN, run_rlf
+from conftest import run_rlf
+from samples import ADDER_PLUGIN
 
 
 TEXTS = ["What is 2 plus 3? The answer is 5.", '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>'] * 20

@@ -7,13 +7,15 @@ through verl's reward-loop worker and reward manager calling the rlf reward func
 from __future__ import annotations
 
 import asyncio
+import types
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("verl", reason="verl is not installed (pip install 'rlfcore[verl]')")
 
-from verl_support import LOGPROB, ScriptedServerClient, TEXTS, write_run  # noqa: E402
+from samples import ADDER_PLUGIN  # noqa: E402
+from verl_support import CALL, LOGPROB, ScriptedServerClient, TEXTS, write_run  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -132,3 +134,96 @@ def test_runtime_is_built_once_and_a_bad_config_fails_loudly_once(tmp_path, capl
     assert a is b and c is not a and c.config.rollout.n == 3
     assert len(failures) == 2 and "rollout.n" in str(failures[0])
     assert [r.levelname for r in caplog.records if "cannot load the run config" in r.message] == ["ERROR"]
+
+
+def _tool_rollout(tiny, builder_cls):
+    """One trajectory of the adder plugin through rlf's loop with verl's continuous-token builder ``builder_cls``."""
+    from transformers import AutoTokenizer
+
+    from rlfcore.backends.verl.bridge import ContinuousTokens
+    from rlfcore.chat import HFChatTokenizer
+    from rlfcore.data import normalize_row
+    from rlfcore.engines.scripted import ScriptedEngine
+    from rlfcore.loop import Rollout
+    from rlfcore.testing import make_runtime
+
+    adder = types.ModuleType("adder")
+    exec(ADDER_PLUGIN, adder.__dict__)
+    runtime = make_runtime({"plugins": ["adder"], "rollout": {"n": 1}}, plugins={"adder": adder})
+    hf = AutoTokenizer.from_pretrained(tiny)
+    tok = HFChatTokenizer(hf)
+    engine = ScriptedEngine(tok, {"q0": [CALL, "5"]})
+    loop = Rollout(runtime, engine, tok, ContinuousTokens(builder_cls(hf)) if builder_cls else None)
+    row = normalize_row({"id": "q0", "prompt": "What is 2 plus 3?", "ground_truth": "5"}, 0)
+    return tok, asyncio.run(loop.trajectory(row, "q0"))
+
+
+def test_continuous_tokens_match_rlfs_own_sequences(tiny):
+    """For a Qwen-family model verl's builder and rlf's sequence builder agree token for token."""
+    from verl.utils.tokenizer.continuous_token import QwenContinuousTokenBuilder
+
+    _, ours = _tool_rollout(tiny, None)
+    tok, verls = _tool_rollout(tiny, QwenContinuousTokenBuilder)
+    assert verls.stop_reason == "answer" and verls.tool_calls == 1
+    assert verls.prompt_ids == ours.prompt_ids
+    assert verls.response_ids == ours.response_ids and verls.response_mask == ours.response_mask
+    assert "<|im_end|>\n<|im_start|>user\n<tool_response>" in tok.decode(verls.response_ids)
+
+
+def test_tokens_a_builder_drops_leave_with_their_mask_and_logprobs(tiny):
+    """verl's GLM-style builders drop a generated stop token that also opens the next turn; the loop
+    must drop its mask and logprob too, keeping the three lists aligned."""
+    from verl.utils.tokenizer.continuous_token import ContinuousTokenBuilder, MergeResult
+
+    class DropsStopToken(ContinuousTokenBuilder):  # the boundary rule of verl's GLMContinuousTokenBuilder
+        def _merge_context_token_ids(self, runtime_token_ids, appended_token_ids, **kwargs):
+            end = self.tokenizer.convert_tokens_to_ids("<|im_end|>")
+            drop = 1 if runtime_token_ids and runtime_token_ids[-1] == end else 0
+            return MergeResult(
+                token_ids=list(runtime_token_ids[: len(runtime_token_ids) - drop]) + list(appended_token_ids),
+                appended_token_count=len(appended_token_ids),
+                kind="context",
+                removed_prefix_token_count=drop,
+            )
+
+    _, ours = _tool_rollout(tiny, None)
+    tok, dropped = _tool_rollout(tiny, DropsStopToken)
+    end = tok.tok.convert_tokens_to_ids("<|im_end|>")
+    assert dropped.stop_reason == "answer"
+    assert len(dropped.response_ids) == len(dropped.response_mask) == len(dropped.logprobs)
+    first_turn = ours.response_mask.index(0)  # ours keeps the first turn's stop token
+    assert ours.response_ids[first_turn - 1] == end
+    assert dropped.response_ids[: first_turn - 1] == ours.response_ids[: first_turn - 1]
+    assert dropped.response_mask[first_turn - 1] == 0  # the next turn starts here, not the dropped token
+    assert sum(dropped.response_mask) == sum(ours.response_mask) - 1
+
+
+CLOSER_PLUGIN = """
+import os
+from rlfcore import hookimpl
+
+
+@hookimpl
+def shutdown(ctx):
+    with open(os.environ["CLOSED_FILE"], "a") as f:
+        f.write("closed\\n")
+"""
+
+
+def test_worker_process_exit_runs_the_plugins_shutdown(tmp_path):
+    """verl has no end-of-run callback: the shared runtime shuts its plugins down at process exit."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "closer.py").write_text(CLOSER_PLUGIN)
+    (tmp_path / "run.yaml").write_text("local_plugins: [closer.py]\n")
+    script = (
+        "import asyncio\nfrom rlfcore.backends.verl.shared import shared_runtime\n"
+        f"asyncio.run(shared_runtime({str(tmp_path / 'run.yaml')!r}))\nprint('built')\n"
+    )
+    env = {**os.environ, "CLOSED_FILE": str(tmp_path / "closed.txt")}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "built"
+    assert (tmp_path / "closed.txt").read_text() == "closed\n"

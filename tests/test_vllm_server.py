@@ -25,7 +25,8 @@ pytestmark = [
 
 httpx = pytest.importorskip("httpx")
 
-from conftest import ADDER_PLUGIN, run_rlf  # noqa: E402
+from conftest import run_rlf  # noqa: E402
+from samples import ADDER_PLUGIN  # noqa: E402
 
 from rlfcore.engines.base import SamplingParams  # noqa: E402
 from rlfcore.engines.openai import OpenAIEngine  # noqa: E402

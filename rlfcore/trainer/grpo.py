@@ -1,4 +1,5 @@
-"""GRPO's arithmetic: group-normalised advantages, the PPO-clip loss over generated tokens, KL.
+"""GRPO's arithmetic: group-normalised advantages (per sequence or per turn), the PPO-clip loss over
+generated tokens, KL.
 
 Pure tensor functions with no state, shared by the local trainer and its benchmark.
 """
@@ -11,8 +12,8 @@ from typing import Literal, Sequence
 import torch
 
 
-def group_advantages(rewards: Sequence[float], groups: Sequence[str], std_normalize: bool = True, eps: float = 1e-6) -> list[float]:
-    """``r - mean(group)``, divided by the group's std unless ``std_normalize`` is off (Dr. GRPO)."""
+def _group_stats(rewards: Sequence[float], groups: Sequence[str]) -> dict[str, tuple[float, float]]:
+    """Each group's mean and (unbiased) std of ``rewards``; the std of a one-sample group is 0."""
     by_group: dict[str, list[float]] = {}
     for r, g in zip(rewards, groups):
         by_group.setdefault(g, []).append(float(r))
@@ -20,10 +21,63 @@ def group_advantages(rewards: Sequence[float], groups: Sequence[str], std_normal
     for g, values in by_group.items():
         t = torch.tensor(values, dtype=torch.float64)
         stats[g] = (t.mean().item(), t.std(unbiased=True).item() if len(values) > 1 else 0.0)
+    return stats
+
+
+def group_advantages(rewards: Sequence[float], groups: Sequence[str], std_normalize: bool = True, eps: float = 1e-6) -> list[float]:
+    """``r - mean(group)``, divided by the group's std unless ``std_normalize`` is off (Dr. GRPO)."""
+    stats = _group_stats(rewards, groups)
     out = []
     for r, g in zip(rewards, groups):
         mean, std = stats[g]
         out.append((r - mean) / (std + eps) if std_normalize else r - mean)
+    return out
+
+
+def return_to_go_advantages(
+    returns: Sequence[Sequence[float]], groups: Sequence[str], std_normalize: bool = True, eps: float = 1e-6
+) -> list[list[float]]:
+    """One advantage per assistant turn, from each sample's returns-to-go.
+
+    ``returns[i][k]`` is ``G_ik``, what sample ``i`` earned from turn ``k`` on (``G_i0`` its total).
+    With ``mean_g`` and ``std_g`` the mean and std of the totals ``G_j0`` of sample ``i``'s group:
+    ``A_ik = (G_ik - mean_g) / (std_g + eps)``, or ``G_ik - mean_g`` without ``std_normalize``. A
+    group whose totals are all alike (``std_g <= eps``) is not divided: its later turns may still
+    differ, and dividing by ``eps`` would blow them up. Turn 0 gets :func:`group_advantages`' value.
+    """
+    empty = [i for i, r in enumerate(returns) if not r]
+    if empty:
+        raise ValueError(f"samples {empty} have no assistant turn, so no return to normalise with")
+    stats = _group_stats([r[0] for r in returns], groups)
+    out = []
+    for r, g in zip(returns, groups):
+        mean, std = stats[g]
+        scale = std + eps if std_normalize and std > eps else 1.0
+        out.append([(x - mean) / scale for x in r])
+    return out
+
+
+def turn_spans(mask: Sequence[int]) -> list[tuple[int, int]]:
+    """``[start, end)`` of each maximal run of 1s in a response mask: the assistant turns, in order."""
+    spans = []
+    start = None
+    for j, m in enumerate([*mask, 0]):
+        if m and start is None:
+            start = j
+        elif not m and start is not None:
+            spans.append((start, j))
+            start = None
+    return spans
+
+
+def token_advantages(turn_advantages: Sequence[float], mask: Sequence[int]) -> list[float]:
+    """Each response token's advantage: that of the turn it was generated in, 0 for observations."""
+    spans = turn_spans(mask)
+    if len(spans) != len(turn_advantages):
+        raise ValueError(f"{len(turn_advantages)} turn advantages for a response mask with {len(spans)} assistant turns")
+    out = [0.0] * len(mask)
+    for (start, end), a in zip(spans, turn_advantages):
+        out[start:end] = [a] * (end - start)
     return out
 
 
@@ -52,6 +106,16 @@ def collate(prompts: Sequence[list[int]], responses: Sequence[list[int]], masks:
     return Batch(ids, attn, loss)
 
 
+def response_tensor(prompts: Sequence[list[int]], values: Sequence[Sequence[float]], like: torch.Tensor) -> torch.Tensor:
+    """Per-response-token values placed as :func:`collate` places the loss mask (``like``'s shape):
+    ``out[b, t]`` belongs to the prediction of token ``t + 1``."""
+    out = torch.zeros(like.shape, dtype=torch.float32)
+    for b, (p, v) in enumerate(zip(prompts, values)):
+        if v:
+            out[b, len(p) - 1 : len(p) - 1 + len(v)] = torch.tensor(v, dtype=torch.float32)
+    return out.to(like.device)
+
+
 def token_logprobs(model: torch.nn.Module, batch: Batch, temperature: float = 1.0) -> torch.Tensor:
     """Log-probability of each next token, ``[B, L-1]``, at the sampling temperature (as rollouts use)."""
     logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[:, :-1].float()
@@ -74,9 +138,12 @@ def policy_loss(
     clip_low: float,
     clip_high: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """PPO-clip per token (``[B, L-1]``, not yet aggregated) and the fraction of clipped tokens."""
+    """PPO-clip per token (``[B, L-1]``, not yet aggregated) and the fraction of clipped tokens.
+
+    ``advantages`` is one per sequence (``[B]``) or one per token (``[B, L-1]``, placed like ``mask``).
+    """
     ratio = torch.exp((logp - old_logp).clamp(-20, 20))
-    adv = advantages.unsqueeze(-1)
+    adv = advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages
     unclipped = -adv * ratio
     clipped = -adv * ratio.clamp(1 - clip_low, 1 + clip_high)
     per_token = torch.maximum(unclipped, clipped)

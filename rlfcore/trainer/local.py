@@ -2,8 +2,9 @@
 
 Each step: take ``prompts_per_step`` rows (a seeded order, so a resumed run sees the same ones), roll
 out ``rollout.n`` samples each through the loop with the transformers engine, score them, turn rewards
-into group-normalised advantages, and update the policy with the PPO-clip loss over generated tokens
-only (the loop's mask), optionally with a KL penalty to the frozen starting model.
+into group-normalised advantages (one per sample, or per assistant turn with
+``trainer.turn_advantage: return_to_go``), and update the policy with the PPO-clip loss over generated
+tokens only (the loop's mask), optionally with a KL penalty to the frozen starting model.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from rlfcore.chat import HFChatTokenizer
 from rlfcore.data import Row
 from rlfcore.engines.transformers import TransformersEngine
 from rlfcore.loop import Rollout, Trajectory
-from rlfcore.rewards import RewardPipeline
+from rlfcore.rewards import RewardPipeline, turn_returns
 from rlfcore.runtime import Runtime
 from rlfcore.trainer import grpo
 from rlfcore.trainer.rundir import RunDir, set_rng_state
@@ -157,10 +158,10 @@ class LocalTrainer:
         usable = [t for t in trajectories if t.stop_reason != "error" and any(t.response_mask)]
         if not usable:
             return {"loss": 0.0, "kl": 0.0, "grad_norm": 0.0, "clip_frac": 0.0, "lr": self.scheduler.get_last_lr()[0]}
-        adv = grpo.group_advantages([t.reward for t in usable], [t.row_id for t in usable], self.cfg.std_normalize)
-        # A sample whose advantage is 0 (its whole group scored alike) adds nothing to the gradient
+        adv = self._advantages(usable)
+        # A sample whose advantages are all 0 (its whole group scored alike) adds nothing to the gradient
         # without a KL term: it still counts in the normalisation, but needs no forward pass.
-        active = [i for i, a in enumerate(adv) if a != 0.0 or self.reference is not None]
+        active = [i for i, a in enumerate(adv) if any(x != 0.0 for x in a) or self.reference is not None]
         micro = self.cfg.micro_batch_size
         chunks = [active[i : i + micro] for i in range(0, len(active), micro)]
         batches = [
@@ -170,7 +171,15 @@ class LocalTrainer:
             for c in chunks
         ]
         batches = [self._to_device(b) for b in batches]
-        advantages = [torch.tensor([adv[i] for i in c], dtype=torch.float32, device=self.device) for c in chunks]
+        if self.cfg.turn_advantage == "outcome":
+            advantages = [torch.tensor([adv[i][0] for i in c], dtype=torch.float32, device=self.device) for c in chunks]
+        else:
+            advantages = [
+                grpo.response_tensor(
+                    [usable[i].prompt_ids for i in c], [self._token_advantages(usable[i], adv[i]) for i in c], b.loss_mask
+                )
+                for c, b in zip(chunks, batches)
+            ]
         total_tokens = float(sum(sum(t.response_mask) for t in usable))
         total_seqs = float(len(usable))
 
@@ -221,6 +230,21 @@ class LocalTrainer:
             "lr": lr,
             "logprob_drift": drift,
         }
+
+    def _advantages(self, usable: list[Trajectory]) -> list[list[float]]:
+        """Per sample: its one advantage (``outcome``), or one per assistant turn (``return_to_go``)."""
+        groups = [t.row_id for t in usable]
+        if self.cfg.turn_advantage == "outcome":
+            return [[a] for a in grpo.group_advantages([t.reward for t in usable], groups, self.cfg.std_normalize)]
+        returns = [turn_returns(t, self.config.reward) for t in usable]
+        return grpo.return_to_go_advantages(returns, groups, self.cfg.std_normalize)
+
+    @staticmethod
+    def _token_advantages(traj: Trajectory, turn_advantages: list[float]) -> list[float]:
+        try:
+            return grpo.token_advantages(turn_advantages, traj.response_mask)
+        except ValueError as exc:
+            raise ValueError(f"sample {traj.id}: {exc}") from None
 
     def _to_device(self, b: grpo.Batch) -> grpo.Batch:
         return grpo.Batch(b.input_ids.to(self.device), b.attention_mask.to(self.device), b.loss_mask.to(self.device))

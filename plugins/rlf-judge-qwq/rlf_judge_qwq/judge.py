@@ -138,18 +138,29 @@ class Judge:
         raise VerdictError(f"unreadable verdict in all {attempts} answers; last: {problem}")
 
 
-def judge_for(config: RunConfig | None) -> Judge | None:
+def judge_for(config: RunConfig | None, served: Sequence[str] = ()) -> Judge | None:
     """The run's judge (made on first use and kept with its settings), or ``None`` when it has nothing
-    to ask: no ``judge-qwq`` section validated for this run, or the ``openai`` backend with no endpoint."""
+    to ask: no ``judge-qwq`` section validated for this run, or the ``openai`` backend with no endpoint.
+
+    ``served`` are endpoints the trainer serves itself (verl's reward router, from
+    ``ScoreContext.judge_endpoints``); they are used when ``judge-qwq.endpoints`` is empty.
+    """
     settings = config.settings(NAME) if config is not None else None
     if not isinstance(settings, JudgeSettings):
         return None
     if settings.backend == "openai" and not settings.endpoints:
-        return None
+        if not served:
+            return None
+        if settings._served is None or settings._served.settings.endpoints != list(served):
+            settings._served = Judge(settings.model_copy(update={"endpoints": list(served)}), _base_dir(config))
+        return settings._served
     if settings._judge is None:
-        base = config.source.parent if config is not None and config.source is not None else Path.cwd()
-        settings._judge = Judge(settings, base)
+        settings._judge = Judge(settings, _base_dir(config))
     return settings._judge
+
+
+def _base_dir(config: RunConfig | None) -> Path:
+    return config.source.parent if config is not None and config.source is not None else Path.cwd()
 
 
 def _make_backend(settings: JudgeSettings, base_dir: Path, metrics: JudgeMetrics) -> Backend:

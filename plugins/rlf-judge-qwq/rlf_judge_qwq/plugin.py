@@ -33,7 +33,7 @@ async def judge(samples: list[Sample], ctx: ScoreContext) -> list[Score | None] 
     settings = ctx.config.settings(NAME) if ctx.config is not None else None
     if not isinstance(settings, JudgeSettings) or (settings.envs and ctx.env not in settings.envs):
         return None
-    found = judge_for(ctx.config)
+    found = judge_for(ctx.config, ctx.judge_endpoints)
     if found is None:
         _warn_unconfigured()
         return None

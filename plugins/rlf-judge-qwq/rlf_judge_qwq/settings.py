@@ -24,7 +24,8 @@ class JudgeSettings(BaseModel):
         "openai", description="`openai`: chat endpoints (vLLM, verl's reward router); `transformers`: in-process model."
     )
     endpoints: list[str] = Field(
-        default_factory=list, description="Base URLs ending in /v1, balanced over. Empty: judge nothing."
+        default_factory=list,
+        description="Base URLs ending in /v1, balanced over. Empty: the judge the trainer serves (verl's reward router), else none.",
     )
     model: str = Field("Qwen/QwQ-32B", description="The served model name sent in each request.")
     api_key: str | None = Field(None, description="Sent as a bearer token when set.")
@@ -64,6 +65,7 @@ class JudgeSettings(BaseModel):
     cache_size: int = Field(4096, ge=0, description="Verdicts of identical requests kept; 0 turns the cache off.")
 
     _judge: Any = PrivateAttr(default=None)
+    _served: Any = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _check_ranges(self) -> JudgeSettings:

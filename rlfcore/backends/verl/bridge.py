@@ -2,8 +2,9 @@
 
 verl builds one agent-loop object per sample and calls ``run``; this one rebuilds the rlf row, runs
 :meth:`rlfcore.loop.Rollout.trajectory` (the code the local path runs) with verl's server client as
-the engine, and hands back tokens, loss mask and logprobs, with the structured trace in
-``extra_fields["rlf"]`` for the reward function.
+the engine and verl's continuous-token builder for the tokens between turns, and hands back
+tokens, loss mask and logprobs, with the structured trace in ``extra_fields["rlf"]`` for the reward
+function.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from rlfcore.backends.verl.shared import rlf_settings, shared_runtime
 from rlfcore.chat import HFChatTokenizer
 from rlfcore.engines.base import Engine, Generation, SamplingParams
 from rlfcore.loop import Rollout, Trajectory
+from rlfcore.types import Message
 
 TRACE_FIELDS = (
     "id", "row_id", "env", "messages", "num_turns", "tool_calls", "tool_errors", "tool_error_kinds",
@@ -51,6 +53,31 @@ class VerlServerEngine(Engine):
         return Generation(token_ids=tokens, logprobs=[float(x) for x in out.log_probs], finish_reason=finish)
 
 
+class ContinuousTokens:
+    """The loop's token rules taken from verl's continuous-token builder (the one its own agent loops use).
+
+    verl picks the builder by model family; it knows each family's turn boundaries (Qwen's newline
+    after ``<|im_end|>``, tokens other families drop before a tool turn), so the rlf loop's sequences
+    match what verl's trainer expects token for token. Tokens the builder inserts or appends get
+    loss mask 0; dropped trailing tokens lose their mask and logprobs with them.
+    """
+
+    def __init__(self, builder: Any):
+        self.builder = builder
+
+    def prompt_ids(self, messages: list[Message], tools: list[dict[str, Any]] | None) -> list[int]:
+        return list(self.builder.build_initial_tokens(messages, tools=tools or None))
+
+    def context_ids(
+        self, tokens: list[int], before: list[Message], after: list[Message], tools: list[dict[str, Any]] | None
+    ) -> tuple[int, list[int]]:
+        merged = self.builder.merge_context_tokens(before, after, tokens, tools=tools or None)
+        drop = merged.removed_prefix_token_count
+        if merged.token_ids[: len(tokens) - drop] != tokens[: len(tokens) - drop]:
+            raise RuntimeError("verl's continuous-token builder changed tokens before the merge point")
+        return drop, list(merged.token_ids[len(tokens) - drop :])
+
+
 def trace_of(traj: Trajectory) -> dict[str, Any]:
     """What the reward function needs of a trajectory: messages, routing, counters, ground truth."""
     return {name: getattr(traj, name) for name in TRACE_FIELDS}
@@ -70,7 +97,8 @@ class RlfAgentLoop(AgentLoopBase):
         config_path, overrides = rlf_settings(self.config)
         runtime = await shared_runtime(config_path, overrides)
         tokenizer = HFChatTokenizer(self.tokenizer)
-        rollout = Rollout(runtime, VerlServerEngine(self.server_manager, sampling_params), tokenizer)
+        engine = VerlServerEngine(self.server_manager, sampling_params)
+        rollout = Rollout(runtime, engine, tokenizer, ContinuousTokens(self.continuous_token_builder))
         rollout.seed = None  # verl seeds its servers; per-request seeds would repeat across steps
         row = row_from_verl(kwargs)
         traj = await rollout.trajectory(row, f"{row.id}#{uuid4().hex[:8]}")

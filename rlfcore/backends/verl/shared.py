@@ -2,12 +2,14 @@
 
 verl builds a new agent-loop object for every sample and calls the reward function per sample, in
 Ray workers that never saw the rlf command line; the run's config path and overrides travel inside
-verl's config instead, and the plugins they enable are loaded here once per process.
+verl's config instead, and the plugins they enable are loaded here once per process and shut down
+when the process exits.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import logging
 import weakref
 from typing import TYPE_CHECKING, Any, Sequence
@@ -41,10 +43,25 @@ async def _build(config_path: str, overrides: list[str]) -> Runtime:
 
     try:
         config, manager = load_config(config_path, overrides)
-        return await Runtime.create(config, manager)
+        runtime = await Runtime.create(config, manager)
     except Exception:  # verl would report this as a bare worker crash; say what failed, once
         log.exception("rlf: cannot load the run config %s with overrides %s", config_path, overrides)
         raise
+    atexit.register(_close, runtime)
+    return runtime
+
+
+def _close(runtime: Runtime) -> None:
+    """Run the plugins' ``shutdown`` hooks when a verl worker process exits.
+
+    verl has no end-of-run callback for agent loops or reward functions, so interpreter exit is the
+    last moment a plugin can stop its servers or flush its files; the worker's own event loop is
+    gone by then, so the hooks run on a fresh one.
+    """
+    try:
+        asyncio.run(runtime.aclose())
+    except Exception:
+        log.exception("rlf: shutting the plugins down failed")
 
 
 def rlf_settings(verl_config: Any) -> tuple[str, list[str]]:

@@ -1,0 +1,32 @@
+"""Plugin sources shared by tests; a plain module (not conftest) so Ray workers can import it too."""
+
+ADDER_PLUGIN = '''
+from rlfcore import hookimpl
+from rlfcore.tools import tool
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+@hookimpl
+def register_tools(ctx):
+    return [add]
+'''
+"""A local plugin file with one tool, for tests that need a tool but not a particular plugin."""
+
+
+def square_in_worker(x: int) -> tuple[int, int]:
+    """A stand-in for CPU-heavy scoring: the result and the process that computed it."""
+    import os
+
+    return x * x, os.getpid()
+
+
+def die_in_worker() -> None:
+    """A scorer whose worker process exits underneath it (a crash, the OOM killer)."""
+    import os
+
+    os._exit(3)
