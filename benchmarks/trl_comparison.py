@@ -281,6 +281,8 @@ def run_trl(args: argparse.Namespace, sft_model: Path, work: Path, schemas: list
     curve = Curve("trl")
     config, _ = load_run_config(args, work)
     rollout, trainer_cfg = config.rollout, config.trainer
+    if getattr(trainer_cfg, "turn_advantage", "outcome") != "outcome":
+        raise ValueError("trainer.turn_advantage must be 'outcome' here: TRL gives one advantage per sample")
     dataset = trl_dataset(config, args.max_steps)
     tok = AutoTokenizer.from_pretrained(sft_model, local_files_only=True)
     tok.response_schema = qwen3_schema  # the compact template writes calls as Qwen3 does; TRL only knows Qwen3's by name
