@@ -119,6 +119,9 @@ class TrainerConfig(_Section):
     clip_ratio_high: float | None = Field(None, gt=0, description="PPO clip range above 1 (default: clip_ratio).")
     epochs_per_step: int = Field(1, ge=1, description="Passes over each step's batch.")
     micro_batch_size: int = Field(16, ge=1, description="Sequences per forward pass; gradients accumulate.")
+    micro_batch_tokens: int | None = Field(
+        None, ge=1, description="Padded tokens per forward pass at most (sequences sorted by length); None: no limit."
+    )
     kl_coef: float = Field(0.0, ge=0, description="Weight of the KL penalty to the frozen initial model.")
     loss_agg: Literal["token-mean", "seq-mean"] = "token-mean"
     std_normalize: bool = Field(True, description="Divide advantages by the group's std (false: Dr. GRPO).")

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -45,3 +47,23 @@ def test_loop_scheduling_rejects_sizes_it_cannot_run():
         cwd=ROOT, capture_output=True, text=True, timeout=30,
     )
     assert proc.returncode == 2 and "--turns >= 2" in proc.stderr
+
+
+def test_trl_comparison_runs_both_trainers_for_a_few_steps(tmp_path):
+    pytest.importorskip("trl", reason="TRL is not installed (pip install -r benchmarks/requirements-trl.txt)")
+    out = tmp_path / "trl.json"
+    args = ["--sft-steps", "20", "--max-steps", "2", "--threads", "1", "--work-dir", str(tmp_path / "work"), "--out", str(out)]
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "trl_comparison.py"), *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "rlf LocalTrainer" in proc.stdout and "TRL GRPOTrainer" in proc.stdout
+    result = json.loads(out.read_text())
+    assert result["config"]["n"] == 8 and result["config"]["max_steps"] == 2
+    for name in ("rlf", "trl"):
+        trainer = result["trainers"][name]
+        assert trainer["steps"] == 2 and len(trainer["per_step"]["reward_mean"]) == 2
+        assert all(0.0 <= r <= 1.0 for r in trainer["per_step"]["reward_mean"])
+        assert trainer["per_step"]["seconds"] == sorted(trainer["per_step"]["seconds"])
+        assert trainer["reached"] is (trainer["steps_to_target"] is not None)

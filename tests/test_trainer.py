@@ -68,6 +68,15 @@ def test_micro_batch_accumulation_equals_one_pass(how):
     assert parts.item() == pytest.approx(whole.item(), rel=1e-6)
 
 
+def test_pack_keeps_a_long_sequence_from_padding_the_short_ones():
+    lengths = [10, 12, 240, 11, 9, 13]
+    assert grpo.pack(lengths, range(6), max_seqs=64, max_tokens=None) == [[4, 0, 3, 1, 5, 2]]
+    # 5 short ones fit 5 x 13 = 65 <= 100 tokens padded; the long one goes alone
+    assert grpo.pack(lengths, range(6), max_seqs=64, max_tokens=100) == [[4, 0, 3, 1, 5], [2]]
+    assert grpo.pack(lengths, [0, 1, 3, 4, 5], max_seqs=2, max_tokens=None) == [[4, 0], [3, 1], [5]]
+    assert grpo.pack(lengths, [], max_seqs=2, max_tokens=50) == []
+
+
 def test_collate_marks_exactly_the_generated_positions():
     b = grpo.collate([[1, 2, 3]], [[4, 5, 6, 7]], [[1, 0, 0, 1]], pad_id=0)
     # loss_mask[t] scores the prediction of token t+1: tokens 4 (pos 3) and 7 (pos 6)

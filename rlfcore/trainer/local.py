@@ -162,8 +162,8 @@ class LocalTrainer:
         # A sample whose advantages are all 0 (its whole group scored alike) adds nothing to the gradient
         # without a KL term: it still counts in the normalisation, but needs no forward pass.
         active = [i for i, a in enumerate(adv) if any(x != 0.0 for x in a) or self.reference is not None]
-        micro = self.cfg.micro_batch_size
-        chunks = [active[i : i + micro] for i in range(0, len(active), micro)]
+        lengths = [len(t.prompt_ids) + len(t.response_ids) for t in usable]
+        chunks = grpo.pack(lengths, active, self.cfg.micro_batch_size, self.cfg.micro_batch_tokens)
         batches = [
             grpo.collate(
                 [usable[i].prompt_ids for i in c], [usable[i].response_ids for i in c], [usable[i].response_mask for i in c], self.pad_id
