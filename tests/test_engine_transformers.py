@@ -214,3 +214,24 @@ def test_one_engine_serves_successive_event_loops(model):
     second = asyncio.run(engine.generate(PROMPTS[0], GREEDY))
     assert first.token_ids == second.token_ids == hf_greedy(model, PROMPTS[0], GREEDY.max_tokens)
     assert engine.stats.batches == 2
+
+
+def test_seeded_draws_follow_the_filtered_distribution(model):
+    """Seeded rows sample by inverse CDF in one batched search: the frequencies must match the
+    probabilities, and tokens top-k drops must never come out."""
+    from rlfcore.engines.transformers import _Request
+
+    engine = TransformersEngine(model, pad_token_id=0)
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05, 0.0]]).clamp(min=1e-12))
+    counts = {"all": torch.zeros(5), "top3": torch.zeros(5)}
+    for name, top_k in (("all", 0), ("top3", 3)):
+        rows = [_Request([1], SamplingParams(temperature=1.0, top_k=top_k, seed=s), None) for s in range(4000)]
+        for r in rows:
+            r.generator = torch.Generator().manual_seed(r.params.seed)
+        tokens, _ = engine._sample(logits.expand(len(rows), -1), rows)
+        counts[name] += torch.bincount(tokens, minlength=5)
+    freq = counts["all"] / 4000
+    assert torch.allclose(freq, torch.tensor([0.5, 0.3, 0.15, 0.05, 0.0]), atol=0.03)
+    top3 = counts["top3"] / 4000
+    assert top3[3] == 0 and top3[4] == 0
+    assert torch.allclose(top3[:3], torch.tensor([0.5, 0.3, 0.15]) / 0.95, atol=0.03)

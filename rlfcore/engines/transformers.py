@@ -234,9 +234,12 @@ class TransformersEngine(Engine):
             unseeded = [k for k, j in enumerate(sampled) if rows[j].generator is None]
             if unseeded:
                 drawn[index[unseeded]] = torch.multinomial(probs[unseeded], 1).squeeze(1)
-            for k, j in enumerate(sampled):
-                if rows[j].generator is not None:
-                    drawn[j] = torch.multinomial(probs[k], 1, generator=rows[j].generator)[0]
+            seeded = [k for k, j in enumerate(sampled) if rows[j].generator is not None]
+            if seeded:  # inverse CDF: one uniform per row from its own generator, then one batched search
+                u = torch.stack([torch.rand((), generator=rows[sampled[k]].generator, device=logits.device) for k in seeded])
+                cdf = probs[seeded].cumsum(dim=-1)
+                picked = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True).squeeze(1)
+                drawn[index[seeded]] = picked.clamp(max=probs.shape[-1] - 1)
             tokens = drawn
         return tokens, logp.gather(1, tokens[:, None]).squeeze(1)
 
