@@ -68,6 +68,9 @@ class RolloutConfig(_Section):
     n: int = Field(1, ge=1, description="Samples per prompt (GRPO's group size).")
     concurrency: int = Field(64, ge=1, description="Trajectories in flight at once.")
     check_template: bool = Field(True, description="Compare incremental tokens with a full rendering.")
+    unreadable_calls: Literal["observe", "stop"] = Field(
+        "observe", description="A call the parser cannot read: `observe` answers it with the error; `stop` ends the trajectory."
+    )
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
 
 

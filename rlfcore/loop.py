@@ -26,7 +26,9 @@ from rlfcore.runtime import Runtime
 from rlfcore.sequences import RolloutTokens, SequenceBuilder
 from rlfcore.types import Message, ToolCall, ToolResult
 
-StopReason = Literal["answer", "no_tool_call", "max_turns", "max_total_tokens", "max_response_tokens", "error"]
+StopReason = Literal[
+    "answer", "no_tool_call", "unreadable_call", "max_turns", "max_total_tokens", "max_response_tokens", "error"
+]
 
 
 @dataclass
@@ -189,6 +191,9 @@ class Rollout:
             traj.messages.append(_assistant_message(text, calls))
             if not calls:
                 traj.stop_reason = "answer" if traj.tool_calls else "no_tool_call"
+                return
+            if self.cfg.unreadable_calls == "stop" and any(c.error for c in calls):
+                traj.stop_reason = "unreadable_call"  # as verl's and TRL's tool loops end such a turn
                 return
             if turn == self.cfg.max_turns - 1:
                 traj.stop_reason = "max_turns"

@@ -127,6 +127,18 @@ def test_failures_become_observations_and_metrics():
     assert t.stop_reason == "answer" and t.error is None
 
 
+def test_unreadable_calls_are_observed_or_end_the_trajectory():
+    script = {"q": [call("add", a=1, b=2) + "<tool_call>{bad json</tool_call>", "3"]}
+    row = [{"id": "q", "prompt": "go"}]
+    [seen] = rollout(CONFIG, row, script, {"calc": Calculator()})
+    assert seen.stop_reason == "answer" and seen.num_turns == 2 and seen.tool_error_kinds == {"malformed": 1}
+    stop = {**CONFIG, "rollout": {"unreadable_calls": "stop"}}
+    [ended] = rollout(stop, row, script, {"calc": Calculator()})
+    assert ended.stop_reason == "unreadable_call" and ended.num_turns == 1 and ended.tool_calls == 0
+    assert [m["role"] for m in ended.messages] == ["user", "assistant"] and ended.response_mask == [1] * len(ended.response_ids)
+    assert ended.reward == 0.0  # its last message is the broken call, not an answer
+
+
 def test_stop_reasons_and_explicit_truncation():
     rows = [{"id": "a", "prompt": "x"}, {"id": "b", "prompt": "x"}, {"id": "c", "prompt": "x"}]
     script = {"a": [call("add", a=1, b=1)] * 10, "b": ["plain answer"], "c": ["y" * 500]}
