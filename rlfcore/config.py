@@ -90,6 +90,9 @@ class EngineConfig(_Section):
     timeout_s: float = Field(600.0, gt=0)
     max_batch_size: int = Field(32, ge=1, description="For `transformers`: prompts generated together.")
     device: str = Field("auto", description="For `transformers`: cpu, cuda, or auto.")
+    threads: int | None = Field(
+        None, ge=1, description="For `transformers`: torch threads while generating; None: as for training."
+    )
 
 
 class RewardConfig(_Section):

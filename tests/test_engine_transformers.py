@@ -235,3 +235,16 @@ def test_seeded_draws_follow_the_filtered_distribution(model):
     top3 = counts["top3"] / 4000
     assert top3[3] == 0 and top3[4] == 0
     assert torch.allclose(top3[:3], torch.tensor([0.5, 0.3, 0.15]) / 0.95, atol=0.03)
+
+
+async def test_threads_apply_while_decoding_and_are_restored(model):
+    seen = []
+    hook = model.register_forward_pre_hook(lambda module, args: seen.append(torch.get_num_threads()))
+    try:
+        before = torch.get_num_threads()
+        engine = TransformersEngine(model, pad_token_id=0, threads=1)
+        await engine.generate(PROMPTS[0], SamplingParams(temperature=0.0, max_tokens=3))
+        assert seen and set(seen) == {1}
+        assert torch.get_num_threads() == before
+    finally:
+        hook.remove()

@@ -76,6 +76,7 @@ class TransformersEngine(Engine):
         device: str | torch.device | None = None,
         batch_wait_s: float = 0.005,
         pad_token_id: int | None = None,
+        threads: int | None = None,
     ):
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be at least 1, got {max_batch_size}")
@@ -87,6 +88,8 @@ class TransformersEngine(Engine):
             self.device = next(model.parameters()).device
         self.max_batch_size = max_batch_size
         self.batch_wait_s = batch_wait_s
+        self.threads = threads
+        """torch's intra-op threads while a batch decodes (``None``: leave them as they are)."""
         config_pad = getattr(model.config, "pad_token_id", None)
         self.pad_token_id = pad_token_id if pad_token_id is not None else (config_pad if config_pad is not None else 0)
         self.stats = EngineStats()
@@ -102,12 +105,13 @@ class TransformersEngine(Engine):
         device: str = "auto",
         dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto",
         max_batch_size: int = 32,
+        threads: int | None = None,
     ) -> TransformersEngine:
         """Load a model folder onto ``device`` (``auto``: a GPU when there is one)."""
         from transformers import AutoModelForCausalLM
 
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype if dtype == "auto" else getattr(torch, dtype))
-        return cls(model, max_batch_size=max_batch_size, device=device)
+        return cls(model, max_batch_size=max_batch_size, device=device, threads=threads)
 
     async def generate(self, prompt_ids: list[int], params: SamplingParams, request_id: str = "") -> Generation:
         if not prompt_ids:
@@ -165,10 +169,14 @@ class TransformersEngine(Engine):
     def _run_batch(self, batch: list[_Request], loop: asyncio.AbstractEventLoop) -> None:
         modes = [(m, m.training) for m in self.model.modules()]
         self.model.eval()
+        threads = torch.get_num_threads()
+        if self.threads is not None:
+            torch.set_num_threads(self.threads)
         try:
             with torch.no_grad():
                 self._decode(batch, loop)
         finally:
+            torch.set_num_threads(threads)
             for module, training in modes:
                 module.training = training
 

@@ -76,7 +76,9 @@ class LocalTrainer:
         self.rows = rows
         self.run_dir = run_dir
         self.device = next(model.parameters()).device
-        self.engine = TransformersEngine(model, max_batch_size=self.config.engine.max_batch_size, device=self.device)
+        self.engine = TransformersEngine(
+            model, max_batch_size=self.config.engine.max_batch_size, device=self.device, threads=self.config.engine.threads
+        )
         self.rollout = Rollout(runtime, self.engine, self.tok)
         self.rewards = RewardPipeline(runtime)
         self.reference = None
