@@ -11,12 +11,12 @@ that dies fails only the call that killed it.
 from __future__ import annotations
 
 import asyncio
-import multiprocessing
 import os
 import threading
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
-from typing import Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
+
+if TYPE_CHECKING:  # imported on first use: every rlf command builds a runtime, few score in processes
+    from concurrent.futures import ProcessPoolExecutor
 
 T = TypeVar("T")
 
@@ -42,11 +42,16 @@ class ProcessPool:
         self._executor: ProcessPoolExecutor | None = None
         self._lock = threading.Lock()
 
-    def _context(self) -> Any:
+    @staticmethod
+    def _context() -> Any:
+        import multiprocessing
+
         method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
         return multiprocessing.get_context(method)
 
     def _get(self) -> ProcessPoolExecutor:
+        from concurrent.futures import ProcessPoolExecutor
+
         with self._lock:
             if self._executor is None:
                 self._executor = ProcessPoolExecutor(self.processes, mp_context=self._context())
@@ -60,6 +65,9 @@ class ProcessPool:
         call is run again alone in a fresh process, so only the call that kills its process fails
         (with :class:`WorkerDied`).
         """
+        from concurrent.futures import ProcessPoolExecutor
+        from concurrent.futures.process import BrokenProcessPool
+
         executor = self._get()
         try:
             return await asyncio.wrap_future(executor.submit(fn, *args, **kwargs))

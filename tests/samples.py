@@ -1,21 +1,9 @@
 """Plugin sources shared by tests; a plain module (not conftest) so Ray workers can import it too."""
 
-ADDER_PLUGIN = '''
-from rlfcore import hookimpl
-from rlfcore.tools import tool
+from rlfcore.backends.verl.gpu_check import PLUGIN as ADDER_PLUGIN
 
-
-@tool
-def add(a: int, b: int) -> int:
-    """Add two integers."""
-    return a + b
-
-
-@hookimpl
-def register_tools(ctx):
-    return [add]
-'''
-"""A local plugin file with one tool, for tests that need a tool but not a particular plugin."""
+# ADDER_PLUGIN: a local plugin file with one tool (`add`), for tests that need a tool but not a
+# particular plugin; the GPU check ships the same one.
 
 
 def square_in_worker(x: int) -> tuple[int, int]:

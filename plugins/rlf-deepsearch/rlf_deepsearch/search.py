@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import queue
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
 from rlfcore import TransientToolError
 
-from rlf_deepsearch.corpus import Passage, split_contents
+from rlf_deepsearch.corpus import CorpusError, Passage, parse_passage
 from rlf_deepsearch.settings import Settings, resolve
 
 DEMO_CORPUS = Path(__file__).parent / "data" / "demo_corpus.jsonl"
@@ -68,16 +68,13 @@ class RemoteSearcher:
 
 
 def _passage(item: Any) -> Passage:
+    """One hit of a retrieval server: a passage as the corpus reads it, with the server's score."""
     doc, score = (item["document"], item.get("score", 0.0)) if isinstance(item, dict) and "document" in item else (item, 0.0)
-    if not isinstance(doc, dict):
-        raise RetrievalError(f"a retrieved document is not an object: {doc!r:.100}")
-    if isinstance(doc.get("text"), str):
-        title, text = doc.get("title") or "", doc["text"]
-    elif isinstance(doc.get("contents"), str):
-        title, text = split_contents(doc["contents"])
-    else:
-        raise RetrievalError(f"a retrieved document has neither 'contents' nor 'text': keys {sorted(doc)}")
-    return Passage(id=str(doc.get("id", "")), title=title, text=text, score=float(score or 0.0))
+    try:
+        passage = parse_passage(doc, "a retrieved document", "")
+    except CorpusError as exc:
+        raise RetrievalError(str(exc)) from None
+    return replace(passage, score=float(score or 0.0))
 
 
 @dataclass

@@ -127,3 +127,12 @@ def test_serve_command(hotpot, tmp_path):
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+def test_retrieved_documents_are_read_as_corpus_passages():
+    from rlf_deepsearch.search import _passage
+
+    hit = _passage({"document": {"id": "7", "contents": '"Paris"\nThe capital of France.'}, "score": 3.5})
+    assert (hit.id, hit.title, hit.text, hit.score) == ("7", "Paris", "The capital of France.", 3.5)
+    with pytest.raises(RetrievalError, match="a retrieved document: .*'text'.*'contents'"):
+        _passage({"document": {"body": "x"}})

@@ -86,18 +86,20 @@ def _rules(code: str) -> str:
     )
 
 
+def _opening(role: str, code: str, settings: JudgeSettings, subject: Subject) -> list[str]:
+    """What both prompts start with: the judge's role, the fencing rules, the rubric, the question and
+    the reference answer when there is one."""
+    parts = [role, _rules(code), f"Rubric: {settings.rubric}", _fence("question", code, subject.question)]
+    if subject.reference is not None:
+        parts.append(_fence("reference", code, subject.reference))
+    return parts
+
+
 def pointwise_messages(subject: Subject, settings: JudgeSettings) -> list[dict[str, Any]]:
     """One user message asking for a rubric grade of one response, ending ``VERDICT: <n>``."""
     code = fence_code("pointwise", subject.question, subject.reference or "")
     lo, hi = settings.score_min, settings.score_max
-    parts = [
-        "You are a strict, impartial grader.",
-        _rules(code),
-        f"Rubric: {settings.rubric}",
-        _fence("question", code, subject.question),
-    ]
-    if subject.reference is not None:
-        parts.append(_fence("reference", code, subject.reference))
+    parts = _opening("You are a strict, impartial grader.", code, settings, subject)
     parts.append(_fence("response", code, subject.response))
     parts.append(
         f"Grade the response from {lo} (worst) to {hi} (best). Reason as long as you need, then end your "
@@ -111,14 +113,7 @@ def group_messages(subjects: Sequence[Subject], settings: JudgeSettings) -> list
     first = subjects[0]
     code = fence_code("group", first.question, first.reference or "", *(s.response for s in subjects))
     lo, hi, n = settings.score_min, settings.score_max, len(subjects)
-    parts = [
-        "You are a strict, impartial grader comparing candidate responses to the same question.",
-        _rules(code),
-        f"Rubric: {settings.rubric}",
-        _fence("question", code, first.question),
-    ]
-    if first.reference is not None:
-        parts.append(_fence("reference", code, first.reference))
+    parts = _opening("You are a strict, impartial grader comparing candidate responses to the same question.", code, settings, first)
     for i, s in enumerate(subjects, 1):
         parts.append(_fence("candidate", code, s.response, f' n="{i}"'))
     parts.append(
