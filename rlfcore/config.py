@@ -174,6 +174,15 @@ class RunConfig(_Section):
         """The YAML file this config was read from."""
         return self._source
 
+    @property
+    def base_dir(self) -> Path:
+        """The folder relative paths in this config are read from: the config file's (else the current one)."""
+        return self._source.resolve().parent if self._source else Path.cwd()
+
+    def path(self, value: str | Path) -> Path:
+        """A path from this config, the one rule of every command: relative to the config file's folder."""
+        return resolve_path(value, self.base_dir)
+
     def environments(self) -> dict[str, list[str]]:
         """Each environment and its plugins: as configured, or one environment per enabled plugin."""
         if self.envs:
@@ -213,6 +222,12 @@ class ConfigError(Exception):
         lines = [f"{self.source}: {n} error{'s' if n != 1 else ''}"]
         lines += [f"  {i.path or '(top level)'}: {i.message}" for i in self.issues]
         return "\n".join(lines)
+
+
+def resolve_path(value: str | Path, base: Path) -> Path:
+    """``value`` (``~`` expanded) if absolute, else ``base / value``."""
+    p = Path(value).expanduser()
+    return p if p.is_absolute() else base / p
 
 
 # --- reading ---------------------------------------------------------------------------------------

@@ -16,7 +16,9 @@ from typing import IO, Any, Callable
 
 from rlfcore.chat import ChatTokenizer
 from rlfcore.data import Row
+from rlfcore.diagnostics import trajectory_warnings
 from rlfcore.engines.base import Engine
+from rlfcore.failures import error_causes
 from rlfcore.loop import Rollout, Trajectory
 from rlfcore.rewards import RewardPipeline
 from rlfcore.runtime import Runtime
@@ -43,6 +45,7 @@ def summarize(trajectories: list[Trajectory], seconds: float) -> dict[str, Any]:
         "response_tokens_mean": sum(len(t.response_ids) for t in trajectories) / n,
         "reward_errors": sum(1 for t in trajectories if t.reward_error),
         "template_mismatches": sum(1 for t in trajectories if t.template_mismatch),
+        "errors": dict(error_causes(trajectories).most_common()),
         "seconds": seconds,
     }
 
@@ -73,7 +76,9 @@ async def evaluate(
 
     groups = await asyncio.gather(*(one(row) for row in rows))
     trajectories = [t for g in groups for t in g]
-    return trajectories, summarize(trajectories, time.perf_counter() - start)
+    summary = summarize(trajectories, time.perf_counter() - start)
+    summary["warnings"] = [m for _, m in trajectory_warnings(trajectories, runtime.config, groups=False)]
+    return trajectories, summary
 
 
 def default_out(config_path: str | Path) -> Path:

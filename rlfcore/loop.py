@@ -58,6 +58,8 @@ class Trajectory:
     reward: float = 0.0
     reward_components: dict[str, float] = field(default_factory=dict)
     reward_error: str | None = None
+    reward_traceback: str | None = None
+    """Where a failing reward hook raised (``rlf eval --debug`` shows it); the reason is ``reward_error``."""
     turn_rewards: list[float] | None = None
     """One reward per assistant turn when ``compute_score`` returned a list; their sum is ``score``."""
 

@@ -8,14 +8,18 @@ assistant turn (a list); :func:`turn_returns` turns those into what each turn ea
 from __future__ import annotations
 
 import asyncio
+import numbers
+import traceback
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any
 
 from rlfcore.context import ScoreContext
-from rlfcore.hookcall import call_all, call_first
+from rlfcore.hookcall import call_first
 from rlfcore.types import Sample, Score, Verification
 
 if TYPE_CHECKING:
+    import pluggy
+
     from rlfcore.config import RewardConfig
     from rlfcore.loop import Trajectory
     from rlfcore.runtime import Runtime
@@ -51,6 +55,58 @@ def turn_returns(traj: Trajectory, cfg: RewardConfig) -> list[float]:
     return [w * sum(traj.turn_rewards[k:]) + rest for k in range(len(traj.turn_rewards))]
 
 
+class HookResultError(TypeError):
+    """A reward hook returned a value of a type its spec does not allow."""
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text if len(text) <= 80 else text[:77] + '...'}"
+
+
+def check_result(hook: str, plugin: str, value: Any) -> None:
+    """Raise :class:`HookResultError` naming plugin, hook and value when ``value`` breaks ``hook``'s spec."""
+    if hook == "verify_tool":
+        ok, expected = isinstance(value, Verification), "a Verification or None"
+    elif hook == "compute_score":
+        ok = isinstance(value, (Score, list, tuple)) or _is_number(value)  # a list's entries: _take_turns
+        expected = "a float, a Score, a list of per-turn floats, or None"
+    else:
+        ok = isinstance(value, (list, tuple)) and all(v is None or isinstance(v, Score) or _is_number(v) for v in value)
+        expected = "a list with one float, Score or None per sample of the group, or None"
+    if not ok:
+        raise HookResultError(f"{hook} of plugin '{plugin}' returned {_shown(value)}; expected {expected}")
+
+
+async def first_result(impls: list[pluggy.HookImpl], hook: str, **kwargs: Any) -> Any:
+    """``call_first`` over ``impls``, each answer checked against the hook's spec (:func:`check_result`)."""
+    for impl in impls:
+        value = await call_first([impl], **kwargs)
+        if value is not None:
+            check_result(hook, impl.plugin_name, value)
+            return value
+    return None
+
+
+async def all_results(impls: list[pluggy.HookImpl], hook: str, **kwargs: Any) -> list[tuple[str, Any]]:
+    """Every non-``None`` answer as ``(plugin, answer)``, run concurrently, each checked against the spec."""
+    answers = await asyncio.gather(*(call_first([impl], **kwargs) for impl in impls))
+    out = [(impl.plugin_name, a) for impl, a in zip(impls, answers) if a is not None]
+    for plugin, value in out:
+        check_result(hook, plugin, value)
+    return out
+
+
+class _Failure(str):
+    """What ``_guard`` returns for a failed hook: the reason, with the traceback when one was raised."""
+
+    traceback: str | None = None
+
+
 class RewardPipeline:
     """Scores finished trajectories in place: ``reward``, ``reward_components``, ``reward_error`` and
     ``turn_rewards``."""
@@ -73,10 +129,11 @@ class RewardPipeline:
             judge_endpoints=list(self.runtime.judge_endpoints),
         )
         await asyncio.gather(*(self._score_one(t, s, ctx) for t, s in zip(group, samples)))
-        judged = await self._guard(call_all(self.runtime.plugins.impls("judge"), samples=samples, ctx=ctx), "judge")
-        if isinstance(judged, str):
+        judged = await self._guard(all_results(self.runtime.plugins.impls("judge"), "judge", samples=samples, ctx=ctx), "judge")
+        if isinstance(judged, _Failure):
             for t in group:
-                t.reward_error = t.reward_error or judged
+                t.reward_error = t.reward_error or str(judged)
+                t.reward_traceback = t.reward_traceback or judged.traceback
         else:
             for plugin, scores in judged:
                 for t, value in zip(group, list(scores) + [None] * (len(group) - len(scores))):
@@ -90,25 +147,27 @@ class RewardPipeline:
 
     async def _score_one(self, traj: Trajectory, sample: Sample, ctx: ScoreContext) -> None:
         traj.turn_rewards = None  # a rescored trajectory must not keep the old reward's turns
+        traj.reward_traceback = None
         if traj.stop_reason == "error":
             traj.reward_error = f"rollout failed: {traj.error}"
             return
         verification = await self._guard(
-            call_first(self.runtime.impls("verify_tool", traj.env), sample=sample, ctx=ctx), "verify_tool"
+            first_result(self.runtime.impls("verify_tool", traj.env), "verify_tool", sample=sample, ctx=ctx), "verify_tool"
         )
-        if isinstance(verification, str):
-            traj.reward_error = verification
+        if isinstance(verification, _Failure):
+            traj.reward_error, traj.reward_traceback = str(verification), verification.traceback
             return
         if isinstance(verification, Verification):
             traj.reward_components["verified"] = float(verification.passed)
         score = await self._guard(
-            call_first(
-                self.runtime.impls("compute_score", traj.env), sample=sample, verification=verification, ctx=ctx
+            first_result(
+                self.runtime.impls("compute_score", traj.env), "compute_score",
+                sample=sample, verification=verification, ctx=ctx,
             ),
             "compute_score",
         )
-        if isinstance(score, str):
-            traj.reward_error = score
+        if isinstance(score, _Failure):
+            traj.reward_error, traj.reward_traceback = str(score), score.traceback
         elif isinstance(score, Score):
             traj.reward_components.update({k: float(v) for k, v in score.components.items()})
             traj.reward_components["score"] = float(score.value)
@@ -135,13 +194,17 @@ class RewardPipeline:
         traj.reward_components["score"] = sum(values)
 
     async def _guard(self, awaitable: Any, what: str) -> Any:
-        """The awaited value, or a string naming the failure (exception or timeout)."""
+        """The awaited value, or a :class:`_Failure` naming the failure (exception or timeout)."""
         try:
             return await asyncio.wait_for(awaitable, self.cfg.timeout_s)
         except asyncio.TimeoutError:
-            return f"{what} timed out after {self.cfg.timeout_s:g} s"
+            return _Failure(f"{what} timed out after {self.cfg.timeout_s:g} s")
+        except HookResultError as exc:  # the message names plugin, hook and value; no traceback to read
+            return _Failure(str(exc))
         except Exception as exc:  # a scorer's bug costs its sample's reward, not the step
-            return f"{what} failed: {type(exc).__name__}: {exc}"
+            failure = _Failure(f"{what} failed: {type(exc).__name__}: {exc}")
+            failure.traceback = traceback.format_exc()
+            return failure
 
     def _compose(self, traj: Trajectory) -> None:
         comps = traj.reward_components

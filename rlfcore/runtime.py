@@ -162,7 +162,11 @@ class Runtime:
         """The model's tokenizer and chat template (``model.tokenizer`` or ``model.path``)."""
         from rlfcore.chat import load_tokenizer
 
-        path = self.config.model.tokenizer or self.config.model.path
-        if not path:
+        key = "model.tokenizer" if self.config.model.tokenizer else "model.path"
+        value = self.config.model.tokenizer or self.config.model.path
+        if not value:
             raise ValueError("the config names no model: set model.path (or model.tokenizer)")
-        return load_tokenizer(path)
+        path = self.config.path(value)
+        if not path.is_dir():
+            raise FileNotFoundError(f"{key}: no folder {path} ({value!r}, read relative to the config's folder)")
+        return load_tokenizer(str(path))

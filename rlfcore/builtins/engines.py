@@ -20,7 +20,7 @@ def _transformers(config: RunConfig, tokenizer: ChatTokenizer) -> Engine:
     if not config.model.path:
         raise ValueError("engine 'transformers' needs model.path: a local model folder")
     return TransformersEngine.from_pretrained(
-        config.model.path, device=config.engine.device, dtype=config.model.dtype,
+        str(config.path(config.model.path)), device=config.engine.device, dtype=config.model.dtype,
         max_batch_size=config.engine.max_batch_size, threads=config.engine.threads,
     )
 

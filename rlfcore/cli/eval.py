@@ -3,61 +3,134 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import click
+
+GREEDY = ["rollout.n=1", "rollout.sampling.temperature=0"]
+"""What ``--greedy`` sets: one sample per row, argmax decoding."""
 
 
 @click.command("eval")
 @click.argument("config_path", metavar="CONFIG", type=click.Path(dir_okay=False))
 @click.argument("overrides", nargs=-1, metavar="[dotted.key=value]...")
-@click.option("--engine", help="Engine to use instead of engine.name: transformers, openai, or a plugin's.")
+@click.option("--engine", help="Engine to use instead of engine.name: transformers, openai, openai-chat, or a plugin's.")
 @click.option("--limit", type=click.IntRange(min=1), help="Evaluate only the first N rows.")
 @click.option("--out", type=click.Path(dir_okay=False), help="JSONL file for the trajectories (default: runs/eval-*.jsonl).")
-def eval_command(config_path: str, overrides: tuple[str, ...], engine: str | None, limit: int | None, out: str | None) -> None:
+@click.option("--greedy", is_flag=True, help="The usual evaluation settings: rollout.n=1, temperature 0 (overrides still win).")
+@click.pass_context
+def eval_command(
+    ctx: click.Context, config_path: str, overrides: tuple[str, ...], engine: str | None, limit: int | None,
+    out: str | None, greedy: bool,
+) -> None:
     """Roll out the rows of data.eval (or data.train) and score them: one JSON line per trajectory,
-    then a summary table."""
+    then a summary table. Exits 1 when every trajectory failed (endpoint down, a broken scorer)."""
     import asyncio
 
     from rlfcore.config import load_config
     from rlfcore.data import read_rows
     from rlfcore.evaluation import default_out, evaluate
+    from rlfcore.failures import RunFailed, check_not_all_failed, error_summary
     from rlfcore.runtime import Runtime
 
-    config, manager = load_config(config_path, list(overrides) + ([f"engine.name={engine}"] if engine else []))
+    wanted = (GREEDY if greedy else []) + list(overrides) + ([f"engine.name={engine}"] if engine else [])
+    config, manager = load_config(config_path, wanted)
     data = config.data.eval or config.data.train
     if not data:
         raise click.UsageError("the config names no dataset: set data.eval (or data.train)")
-    base = Path(config_path).resolve().parent
-    rows = read_rows(data if Path(data).is_absolute() else base / data, limit=limit)
+    rows = read_rows(config.path(data), limit=limit)
     out_path = Path(out) if out else default_out(config_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
+    debug = bool((ctx.find_root().obj or {}).get("debug"))
 
-    async def main() -> dict:
+    async def main() -> tuple[list[Any], dict]:
         runtime = await Runtime.create(config, manager)
-        tokenizer = runtime.tokenizer()
-        model = runtime.engine(tokenizer)
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+        try:
+            tokenizer = runtime.tokenizer() if _needs_tokenizer(config.engine.name) else None
+            model = runtime.engine(tokenizer)
+            with _EvalProgress(len(rows)) as progress, out_path.open("w") as f:
+                try:
+                    return await evaluate(runtime, model, tokenizer, rows, f, on_group=progress.advance)
+                finally:
+                    await model.close()
+        finally:
+            await runtime.aclose()
 
-        rewards: list[float] = []
-        with Progress(
-            TextColumn("eval"), BarColumn(), MofNCompleteColumn(), TextColumn("reward {task.fields[reward]:.3f}"),
-            TimeElapsedColumn(), transient=False,
-        ) as bar, out_path.open("w") as f:
-            task = bar.add_task("eval", total=len(rows), reward=0.0)
-
-            def advance(group: list) -> None:
-                rewards.extend(t.reward for t in group)
-                bar.update(task, advance=1, reward=sum(rewards) / len(rewards))
-
-            try:
-                _, summary = await evaluate(runtime, model, tokenizer, rows, f, on_group=advance)
-            finally:
-                await model.close()
-                await runtime.aclose()
-        return summary
-
-    summary = asyncio.run(main())
+    trajectories, summary = asyncio.run(main())
     _print_summary(summary, out_path)
+    line = error_summary(trajectories)
+    if line:
+        click.secho(f"errors: {line}", fg="yellow", err=True)
+        if debug:
+            _print_tracebacks(trajectories)
+    try:
+        check_not_all_failed(trajectories, "rlf eval")
+    except RunFailed as exc:
+        click.secho(f"error: {exc}", fg="red", err=True)
+        ctx.exit(1)
+    for warning in summary.get("warnings", []):
+        click.secho(f"warning: {warning}", fg="yellow", err=True)
+
+
+def _needs_tokenizer(engine: str) -> bool:
+    """A chat-completions engine sends messages, not token ids: it needs no local tokenizer."""
+    from rlfcore.engines.chat import CHAT_ENGINES
+
+    return engine not in CHAT_ENGINES
+
+
+class _EvalProgress:
+    """A bar on a terminal; in a log, one line every ~5% of the rows with reward, tool use and errors."""
+
+    def __init__(self, total: int):
+        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+
+        from rlfcore.cli.progress import Lines, bars
+
+        self.total, self.done, self.every = total, 0, max(1, total // 20)
+        self.rewards: list[float] = []
+        self.tool_use: list[bool] = []
+        self.errors = 0
+        self.view = bars(
+            TextColumn("eval"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"), TimeElapsedColumn()
+        )
+        self.lines = isinstance(self.view, Lines)
+        self.task = None if self.lines else self.view.add_task("eval", total=total, info="")
+
+    def __enter__(self) -> _EvalProgress:
+        self.view.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.view.__exit__(*exc)
+
+    def advance(self, group: list[Any]) -> None:
+        from rlfcore.failures import error_of
+
+        self.done += 1
+        self.rewards.extend(t.reward for t in group)
+        self.tool_use.extend(bool(t.tool_calls) for t in group)
+        self.errors += sum(1 for t in group if error_of(t) is not None)
+        info = (
+            f"reward {sum(self.rewards) / len(self.rewards):.3f}  tool use {sum(self.tool_use) / len(self.tool_use):.2f}"
+            f"  errors {self.errors}"
+        )
+        if not self.lines:
+            self.view.update(self.task, advance=1, info=info)
+        elif self.done % self.every == 0 or self.done == self.total:
+            self.view.line(f"eval {self.done}/{self.total} rows  {info}")
+
+
+def _print_tracebacks(trajectories: list[Any]) -> None:
+    """``--debug``: where the first failing reward hook and the first failing tool raised."""
+    reward = next((t for t in trajectories if t.reward_traceback), None)
+    if reward is not None:
+        click.echo(f"traceback of the first reward error ({reward.id}):\n{reward.reward_traceback}", err=True)
+    for t in trajectories:
+        for m in t.messages:
+            if m.get("role") == "tool" and m.get("traceback"):
+                click.echo(f"traceback of the first tool error ({t.id}):\n{m['traceback']}", err=True)
+                return
 
 
 def _print_summary(summary: dict, out_path: Path) -> None:
@@ -75,6 +148,8 @@ def _print_summary(summary: dict, out_path: Path) -> None:
     table.add_row("stop reasons", ", ".join(f"{k} {v}" for k, v in summary["stop_reasons"].items()))
     if summary["reward_errors"]:
         table.add_row("reward errors", str(summary["reward_errors"]))
+    for cause, n in summary.get("errors", {}).items():
+        table.add_row(f"  error: {cause}", str(n))
     table.add_row("seconds", f"{summary['seconds']:.1f}")
     Console().print(table)
     click.echo(f"Trajectories written to {out_path}")

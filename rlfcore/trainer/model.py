@@ -7,15 +7,12 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from rlfcore.chat import COMPACT_TEMPLATE, QWEN3_TEMPLATE, ByteChatTokenizer
-from rlfcore.config import RunConfig
+from rlfcore.config import RunConfig, resolve_path
 
 
 def resolve(path: str | None, base: Path) -> Path | None:
-    """A config path, relative to the config's folder."""
-    if path is None:
-        return None
-    p = Path(path)
-    return p if p.is_absolute() else base / p
+    """A config path, relative to the config's folder (:func:`rlfcore.config.resolve_path`)."""
+    return None if path is None else resolve_path(path, base)
 
 
 def texts_of(files: list[Path], template: str, tools: list[dict[str, Any]] | None = None) -> Iterator[str]:

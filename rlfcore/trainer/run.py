@@ -31,7 +31,7 @@ def open_run_dir(path: Path, resume: bool) -> RunDir:
 
 
 def base_dir(config: RunConfig) -> Path:
-    return config.source.resolve().parent if config.source else Path.cwd()
+    return config.base_dir
 
 
 def train(config: RunConfig, manager: PluginManager, run_path: Path, resume: bool = False, progress: Progress | None = None) -> dict[str, Any]:

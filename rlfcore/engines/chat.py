@@ -1,0 +1,1 @@
+CHAT_ENGINES = ("openai-chat",)
