@@ -410,6 +410,18 @@ def load_config(
     return config, manager
 
 
+def missing_files(config: RunConfig) -> list[ConfigIssue]:
+    """The data files a config names that do not exist (each read relative to the config's folder)."""
+    named = [("data.train", config.data.train), ("data.eval", config.data.eval), ("sft.data", config.sft.data)]
+    if config.model.init is not None and not config.path(config.model.path or ".").joinpath("config.json").exists():
+        named += [(f"model.init.texts[{i}]", t) for i, t in enumerate(config.model.init.texts)]
+    issues = []
+    for key, value in named:
+        if value and not config.path(value).exists():
+            issues.append(ConfigIssue(path=key, message=f"no such file: {config.path(value)} (read relative to the config's folder)"))
+    return issues
+
+
 def _schema_of(manager: PluginManager, name: str) -> type[BaseModel] | None:
     for impl in manager.impls("register_config_schema", [name]):
         if impl.plugin_name == name:

@@ -200,12 +200,12 @@ async def _run_examples(report: CheckReport, runtime: Any, name: str, examples: 
             continue
         errors = [m["content"] for m in traj.messages if m.get("role") == "tool" and traj.tool_errors]
         detail = f"{traj.num_turns} turns, {traj.tool_calls} tool calls, reward {traj.reward:g}"
+        if traj.reward_error:  # before tool errors: a reward hook must cope with a failed call too
+            report.add(label, False, f"{detail}; reward failed: {traj.reward_error}")
+            continue
         if traj.tool_errors:
             msg = f"{detail}; tool errors: {errors[:2]}"
             report.add(label, synthesized, msg + (" (arguments were made up from the schema)" if synthesized else ""), warning=True)
-            continue
-        if traj.reward_error:
-            report.add(label, False, f"{detail}; reward failed: {traj.reward_error}")
             continue
         if ex.expected_reward is not None and abs(traj.reward - ex.expected_reward) > 1e-6:
             report.add(label, False, f"{detail}; expected reward {ex.expected_reward:g}")

@@ -24,9 +24,6 @@ def config_warnings(config: RunConfig, training: bool) -> list[tuple[str, str]]:
     if config.sft.data and not config.sft.steps and training:
         out.append(("sft_steps", f"sft.data is set ({config.sft.data}) but sft.steps is 0, so SFT is skipped: "
                                  "set sft.steps (for example sft.steps=200), or remove sft.data"))
-    if training and config.rollout.n == 1 and config.trainer.steps:
-        out.append(("n_1", "rollout.n is 1: every GRPO group has one sample, so every advantage and the loss are 0 "
-                           "and the model cannot learn: set rollout.n to 4 or more"))
     return out
 
 

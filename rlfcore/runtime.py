@@ -168,5 +168,6 @@ class Runtime:
             raise ValueError("the config names no model: set model.path (or model.tokenizer)")
         path = self.config.path(value)
         if not path.is_dir():
-            raise FileNotFoundError(f"{key}: no folder {path} ({value!r}, read relative to the config's folder)")
+            hint = "; model.init describes one: build it with `rlf init-model CONFIG` (or `rlf train`)" if self.config.model.init else ""
+            raise FileNotFoundError(f"{key}: no folder {path} ({value!r}, read relative to the config's folder){hint}")
         return load_tokenizer(str(path))

@@ -36,6 +36,7 @@ for command in (train, sft, rescore, init_model):
 def main(argv: list[str] | None = None) -> None:
     """Entry point: runs the CLI and turns config and plugin errors into clean messages and exit codes."""
     from rlfcore.config import ConfigError
+    from rlfcore.failures import RunFailed
     from rlfcore.plugins import PluginError
 
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
@@ -50,6 +51,9 @@ def main(argv: list[str] | None = None) -> None:
     except ConfigError as exc:
         click.secho(exc.render(), fg="red", err=True)
         sys.exit(2)
+    except RunFailed as exc:
+        click.secho(f"error: {exc}", fg="red", err=True)
+        sys.exit(1)
     except PluginError as exc:
         click.secho(f"error: {exc}", fg="red", err=True)
         if debug and exc.details:

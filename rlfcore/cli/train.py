@@ -14,25 +14,35 @@ def _run_path(config_path: str, run_dir: str | None) -> Path:
 
 
 class _Bar:
-    """A live progress bar per phase, showing the loss (SFT) or the reward (GRPO)."""
+    """A live progress bar per phase, showing the loss (SFT) or the reward (GRPO); in a log (not a
+    terminal), one line per GRPO step and per 5% of SFT."""
 
     def __init__(self, config: Any):
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-        self.progress = Progress(
+        from rlfcore.cli.progress import Lines, bars
+
+        self.progress = bars(
             TextColumn("{task.description:>4}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
             TimeElapsedColumn(), TimeRemainingColumn(),
         )
+        self.lines = isinstance(self.progress, Lines)
         self.totals = {"sft": config.sft.steps, "grpo": config.trainer.steps}
         self.tasks: dict[str, Any] = {}
 
     def __call__(self, phase: str, m: dict[str, Any]) -> None:
-        if phase not in self.tasks:
-            self.tasks[phase] = self.progress.add_task(phase, total=self.totals[phase], info="")
         if phase == "sft":
             info = f"loss {m['loss']:.3f}"
         else:
-            info = f"reward {m['reward_mean']:.3f}  tool use {m['tool_use']:.2f}  loss {m['loss']:+.4f}"
+            info = (f"reward {m['reward_mean']:.3f}  tool use {m['tool_use']:.2f}  loss {m['loss']:+.4f}"
+                    f"  step {m.get('step_s', 0.0):.1f} s")
+        total = self.totals[phase]
+        if self.lines:
+            if phase == "grpo" or m["step"] % max(1, total // 20) == 0 or m["step"] == total:
+                self.progress.line(f"{phase} step {m['step']}/{total}  {info}")
+            return
+        if phase not in self.tasks:
+            self.tasks[phase] = self.progress.add_task(phase, total=total, info="")
         self.progress.update(self.tasks[phase], completed=m["step"], info=info)
 
 
@@ -176,6 +186,8 @@ def _summary(summary: dict[str, Any], path: Path) -> None:
         table.add_row("reward, first 10% of steps", f"{summary['reward_first_10pct']:.3f}")
         table.add_row("reward, last 10% of steps", f"{summary['reward_last_10pct']:.3f}")
         table.add_row("tool use, first → last 10%", f"{summary['tool_use_first_10pct']:.2f} → {summary['tool_use_last_10pct']:.2f}")
+        if summary.get("steps_without_signal"):
+            table.add_row("steps with nothing to learn", f"{summary['steps_without_signal']} (active_fraction 0)")
     table.add_row("seconds: SFT / GRPO / total", f"{summary['sft_s']:.0f} / {summary['grpo_s']:.0f} / {summary['total_s']:.0f}")
     Console().print(table)
     click.echo(f"Run folder: {path} (metrics.jsonl, samples/, checkpoints/, reward_curve.png, summary.json)")

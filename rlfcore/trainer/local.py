@@ -23,7 +23,9 @@ import torch
 
 from rlfcore.chat import HFChatTokenizer
 from rlfcore.data import Row
+from rlfcore.diagnostics import Advisor, trajectory_warnings
 from rlfcore.engines.transformers import TransformersEngine
+from rlfcore.failures import check_not_all_failed
 from rlfcore.loop import Rollout, Trajectory
 from rlfcore.rewards import RewardPipeline, turn_returns
 from rlfcore.runtime import Runtime
@@ -94,6 +96,8 @@ class LocalTrainer:
         pad = hf_tokenizer.pad_token_id
         self.pad_id = pad if pad is not None else self.tok.eos_token_ids[0]
         self.temperature = self.config.rollout.sampling.temperature or 1.0
+        self.advisor = Advisor()
+        """Says, once per kind, when a step cannot learn (zero reward variance, failing tools, truncation)."""
 
     # --- checkpoints -----------------------------------------------------------------------------
 
@@ -139,6 +143,8 @@ class LocalTrainer:
         rows = [self.rows[i] for i in row_order(len(self.rows), self.config.seed, self.step, self.cfg.prompts_per_step)]
         self.rollout.seed = self.config.seed * 1_000_003 + self.step
         trajectories, rollout_s, score_s = asyncio.run(self._collect(rows))
+        check_not_all_failed(trajectories, f"step {self.step + 1}")
+        self.advisor(trajectory_warnings(trajectories, self.config, groups=True), f"step {self.step + 1}")
         t1 = time.perf_counter()
         train = self._update(trajectories)
         self.step += 1

@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 from rlfcore.config import RunConfig
 from rlfcore.data import read_rows
+from rlfcore.diagnostics import Advisor, config_warnings
 from rlfcore.plugins import PluginManager
 from rlfcore.runtime import Runtime
 from rlfcore.trainer.model import ensure_model, load_policy, resolve, tool_schemas
@@ -48,6 +49,7 @@ def train(config: RunConfig, manager: PluginManager, run_path: Path, resume: boo
     rows = read_rows(resolve(config.data.train, base))
     run_dir = open_run_dir(run_path, resume)
     run_dir.save_config(config)
+    Advisor()(config_warnings(config, training=True))
     torch.manual_seed(config.seed)
     runtime = asyncio.run(Runtime.create(config, manager))
     try:
@@ -129,5 +131,6 @@ def summarize(metrics: list[dict[str, Any]], **times: float) -> dict[str, Any]:
         "reward_gain": mean("reward_mean", last) - mean("reward_mean", first),
         "tool_use_first_10pct": mean("tool_use", first),
         "tool_use_last_10pct": mean("tool_use", last),
+        "steps_without_signal": sum(1 for m in metrics if m.get("active_fraction", 1.0) == 0.0),
         **times,
     }
