@@ -41,7 +41,9 @@ class ModelInit(_Section):
 class ModelConfig(_Section):
     path: str | None = Field(None, description="Local folder of a Hugging Face model (weights, tokenizer, chat template).")
     tokenizer: str | None = Field(None, description="Tokenizer folder, when it differs from `path`.")
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="Weights' dtype for the `transformers` engine and for local training; `auto` is float32 in both."
+    )
     init: ModelInit | None = Field(None, description="Build a tiny model at `path` when the folder does not exist.")
 
 

@@ -15,9 +15,10 @@ Policy = Union[Callable[[str, str], str], Mapping[str, Sequence[str]]]
 class ScriptedEngine(Engine):
     """Answers each request with a scripted text, encoded with the run's tokenizer.
 
-    ``policy`` is either a mapping from trajectory id (the request id) to the texts of its turns, or a
-    callable ``(request_id, prompt_text) -> text``. Logprobs are 0: the text is certain. ``latency_s``
-    simulates a model's generation time.
+    ``policy`` is either a mapping to the texts of its turns from a trajectory id (the request id) or a
+    row id (the request id less the loop's final ``#k``, so a row id may contain ``#``), or a callable
+    ``(request_id, prompt_text) -> text``. Logprobs are 0: the text is certain. ``latency_s`` simulates a
+    model's generation time.
     """
 
     def __init__(self, tokenizer: ChatTokenizer, policy: Policy, latency_s: float = 0.0):
@@ -29,7 +30,7 @@ class ScriptedEngine(Engine):
     def _text(self, request_id: str, prompt_ids: list[int]) -> str:
         if callable(self.policy):
             return self.policy(request_id, self.tokenizer.decode(prompt_ids))
-        script = self.policy.get(request_id) or self.policy.get(request_id.split("#", 1)[0])
+        script = self.policy.get(request_id) or self.policy.get(request_id.rsplit("#", 1)[0])
         if script is None:
             raise KeyError(f"scripted engine has no script for request {request_id!r}")
         turn = self._turns[request_id]

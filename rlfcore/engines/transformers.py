@@ -40,6 +40,21 @@ class _Request:
     generator: torch.Generator | None = None
 
 
+_DTYPES = {"auto": torch.float32, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_dtype(dtype: str) -> torch.dtype:
+    """The torch dtype of ``model.dtype``, one rule for the engine and for training.
+
+    ``auto`` is float32 whatever the checkpoint holds: training needs full-precision weights, and an
+    engine that evaluates a checkpoint then samples with the numerics of the policy that trains from it.
+    """
+    try:
+        return _DTYPES[dtype]
+    except KeyError:
+        raise ValueError(f"model.dtype: {dtype!r} is not one of {', '.join(_DTYPES)}") from None
+
+
 def resolve_device(device: str | torch.device) -> torch.device:
     """``auto`` is the first GPU when there is one, else the CPU."""
     if str(device) == "auto":
@@ -107,10 +122,10 @@ class TransformersEngine(Engine):
         max_batch_size: int = 32,
         threads: int | None = None,
     ) -> TransformersEngine:
-        """Load a model folder onto ``device`` (``auto``: a GPU when there is one)."""
+        """Load a model folder onto ``device`` (``auto``: a GPU when there is one) in ``dtype`` (:func:`resolve_dtype`)."""
         from transformers import AutoModelForCausalLM
 
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype if dtype == "auto" else getattr(torch, dtype))
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype))
         return cls(model, max_batch_size=max_batch_size, device=device, threads=threads)
 
     async def generate(self, prompt_ids: list[int], params: SamplingParams, request_id: str = "") -> Generation:
