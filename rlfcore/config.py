@@ -81,6 +81,9 @@ class ToolsConfig(_Section):
     max_concurrency: int = Field(64, ge=1, description="Calls in flight across all trajectories.")
     retries: int = Field(0, ge=0, description="Retries of calls that fail with a transient error.")
     cache: bool = Field(False, description="Reuse results of identical calls within a run.")
+    cache_size: int = Field(
+        4096, ge=1, description="Results the cache keeps, each as the model saw it; the least recently used go first."
+    )
     max_output_chars: int = Field(4000, gt=0, description="Longer results are cut, with a note saying so.")
 
 

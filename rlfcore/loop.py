@@ -47,6 +47,8 @@ class Trajectory:
     tool_calls: int = 0
     tool_errors: int = 0
     tool_error_kinds: dict[str, int] = field(default_factory=dict)
+    tool_tracebacks: list[dict[str, Any]] = field(default_factory=list)
+    """Where failing tools raised (turn, call id, tool, traceback), for their authors; the model saw only the message."""
     stop_reason: StopReason = "answer"
     truncated: bool = False
     error: str | None = None
@@ -232,6 +234,8 @@ class Rollout:
             if r.error:
                 traj.tool_errors += 1
                 traj.tool_error_kinds[r.error] = traj.tool_error_kinds.get(r.error, 0) + 1
+            if r.traceback:
+                traj.tool_tracebacks.append({"turn": ctx.turn, "call_id": r.call_id, "tool": r.name, "traceback": r.traceback})
         return results
 
     def check_template(self, traj: Trajectory) -> str | None:
