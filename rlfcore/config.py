@@ -43,6 +43,9 @@ class ModelConfig(_Section):
     tokenizer: str | None = Field(None, description="Tokenizer folder, when it differs from `path`.")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
     init: ModelInit | None = Field(None, description="Build a tiny model at `path` when the folder does not exist.")
+    chat_template_kwargs: dict[str, Any] = Field(
+        default_factory=dict, description="Extra chat-template variables, e.g. `{enable_thinking: false}` for Qwen3."
+    )
 
 
 class DataConfig(_Section):
