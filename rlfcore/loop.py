@@ -22,7 +22,7 @@ from rlfcore.data import Row
 from rlfcore.engines.base import Engine, SamplingParams
 from rlfcore.hookcall import call_first
 from rlfcore.runtime import Runtime
-from rlfcore.sequences import RolloutTokens, SequenceBuilder
+from rlfcore.sequences import REASONING_DROPPED, RolloutTokens, SequenceBuilder, differs_in_reasoning_only
 from rlfcore.types import Message, ToolCall, ToolResult
 
 StopReason = Literal[
@@ -240,15 +240,19 @@ class Rollout:
         schemas = [t.schema() for t in self.runtime.tools_for(traj.env).values()]
         full = self.tok.encode(self.tok.render(traj.messages, schemas, add_generation_prompt=False))
         seq = traj.prompt_ids + traj.response_ids
+        where = None
         for i, (a, b) in enumerate(zip(seq, full)):
             if a != b:
-                return (
+                where = (
                     f"token {i}: rollout has {self.tok.decode(seq[i : i + 12])!r}, "
                     f"a full rendering has {self.tok.decode(full[i : i + 12])!r}"
                 )
-        if len(full) < len(seq):
-            return f"a full rendering ends at token {len(full)}, the rollout at {len(seq)}"
-        return None
+                break
+        if where is None and len(full) < len(seq):
+            where = f"a full rendering ends at token {len(full)}, the rollout at {len(seq)}"
+        if where is not None and differs_in_reasoning_only(self.tok.decode(seq), self.tok.decode(full)):
+            return f"{REASONING_DROPPED} (the template leaves earlier <think> blocks out; the rollout keeps them): {where}"
+        return where
 
 
 def _assistant_message(text: str, calls: list[ToolCall], reasoning: bool = False) -> Message:

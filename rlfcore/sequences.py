@@ -7,6 +7,7 @@ generation prompt) is the difference of two chat-template renderings (loss mask 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -34,6 +35,21 @@ def first_difference(a: str, b: str, width: int = 40) -> str:
     """Where two renderings part: the offset and the text of each from there."""
     i = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
     return f"at character {i}: {a[i : i + width]!r} versus {b[i : i + width]!r}"
+
+
+REASONING_DROPPED = "reasoning dropped"
+"""How a template-check report starts when the only difference is ``<think>`` blocks a full rendering
+leaves out: Qwen3's template drops a turn's reasoning once a new user query follows, and an empty one
+(``enable_thinking: false``) from every turn but the last. The rollout keeps what the model saw; this
+is the template's documented behaviour, not a tokenisation error."""
+
+_THINK_BLOCK = re.compile(r"<think>.*?</think>\s*", re.DOTALL)
+
+
+def differs_in_reasoning_only(ours: str, full: str) -> bool:
+    """Whether two renderings are equal once every ``<think>…</think>`` block is taken out of both
+    (and the newline a full rendering ends with, after the last end-of-turn)."""
+    return ours != full and _THINK_BLOCK.sub("", ours).rstrip() == _THINK_BLOCK.sub("", full).rstrip()
 
 
 @dataclass
