@@ -45,6 +45,9 @@ class ModelConfig(_Section):
         "auto", description="Weights' dtype for the `transformers` engine and for local training; `auto` is float32 in both."
     )
     init: ModelInit | None = Field(None, description="Build a tiny model at `path` when the folder does not exist.")
+    chat_template_kwargs: dict[str, Any] = Field(
+        default_factory=dict, description="Extra chat-template variables, e.g. `{enable_thinking: false}` for Qwen3."
+    )
 
 
 class DataConfig(_Section):

@@ -11,19 +11,18 @@ a trajectory waiting on a tool never holds up another's generation.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 import zlib
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Literal
 
-from rlfcore.chat import ChatTokenizer
+from rlfcore.chat import ChatTokenizer, reads_reasoning
 from rlfcore.context import TurnContext
 from rlfcore.data import Row
 from rlfcore.engines.base import Engine, SamplingParams
 from rlfcore.hookcall import call_first
 from rlfcore.runtime import Runtime
-from rlfcore.sequences import RolloutTokens, SequenceBuilder
+from rlfcore.sequences import REASONING_DROPPED, RolloutTokens, SequenceBuilder, differs_in_reasoning_only
 from rlfcore.types import Message, ToolCall, ToolResult
 
 StopReason = Literal[
@@ -95,6 +94,8 @@ class Rollout:
         self.seed: int | None = runtime.config.rollout.sampling.seed
         """Base of the per-sample sampling seeds; the trainer sets a new one each step."""
         self._gate: asyncio.Semaphore | None = None
+        self.reasoning = reads_reasoning(tokenizer)
+        """Whether turns' ``<think>`` blocks are recorded as ``reasoning_content`` (the template reads it)."""
 
     async def run(
         self, rows: list[Row], n: int | None = None, on_done: Callable[[Trajectory], None] | None = None
@@ -190,7 +191,7 @@ class Rollout:
                 traj.stop_reason = "max_total_tokens" if budget == room_total else "max_response_tokens"
                 return
             calls = await call_first(self.runtime.impls("parse_tool_calls", traj.env), text=text, ctx=ctx) or []
-            traj.messages.append(_assistant_message(text, calls))
+            traj.messages.append(_assistant_message(text, calls, self.reasoning))
             if not calls:
                 traj.stop_reason = "answer" if traj.tool_calls else "no_tool_call"
                 return
@@ -243,31 +244,39 @@ class Rollout:
         schemas = [t.schema() for t in self.runtime.tools_for(traj.env).values()]
         full = self.tok.encode(self.tok.render(traj.messages, schemas, add_generation_prompt=False))
         seq = traj.prompt_ids + traj.response_ids
+        where = None
         for i, (a, b) in enumerate(zip(seq, full)):
             if a != b:
-                return (
+                where = (
                     f"token {i}: rollout has {self.tok.decode(seq[i : i + 12])!r}, "
                     f"a full rendering has {self.tok.decode(full[i : i + 12])!r}"
                 )
-        if len(full) < len(seq):
-            return f"a full rendering ends at token {len(full)}, the rollout at {len(seq)}"
-        return None
+                break
+        if where is None and len(full) < len(seq):
+            where = f"a full rendering ends at token {len(full)}, the rollout at {len(seq)}"
+        if where is not None and differs_in_reasoning_only(self.tok.decode(seq), self.tok.decode(full)):
+            return f"{REASONING_DROPPED} (the template leaves earlier <think> blocks out; the rollout keeps them): {where}"
+        return where
 
 
-def _assistant_message(text: str, calls: list[ToolCall]) -> Message:
-    """The assistant turn in OpenAI format: the text without its call markup, and the calls."""
+def _assistant_message(text: str, calls: list[ToolCall], reasoning: bool = False) -> Message:
+    """The assistant turn as a chat template re-renders it to the generated text: the text without
+    its call markup, the calls with their arguments as objects (the real templates ``tojson`` them;
+    a JSON string would come back escaped), and, where the template reads it, the ``<think>`` block
+    as ``reasoning_content``, split as Qwen3's template splits it."""
     content = text
+    thought = None
+    if reasoning and "</think>" in content:
+        thought = content.split("</think>")[0].rstrip("\n").split("<think>")[-1].lstrip("\n")
+        content = content.split("</think>")[-1].lstrip("\n")
     for call in calls:
         if call.raw:
             content = content.replace(call.raw, "", 1)
     message: Message = {"role": "assistant", "content": content.strip()}
+    if thought is not None:
+        message["reasoning_content"] = thought
     if calls:
         message["tool_calls"] = [
-            {
-                "id": c.id,
-                "type": "function",
-                "function": {"name": c.name, "arguments": json.dumps(c.arguments, ensure_ascii=False)},
-            }
-            for c in calls
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}} for c in calls
         ]
     return message

@@ -72,7 +72,7 @@ class LocalTrainer:
         self.config = runtime.config
         self.model = model
         self.hf_tokenizer = hf_tokenizer
-        self.tok = HFChatTokenizer(hf_tokenizer)
+        self.tok = HFChatTokenizer(hf_tokenizer, self.config.model.chat_template_kwargs)
         self.rows = rows
         self.run_dir = run_dir
         self.device = next(model.parameters()).device
