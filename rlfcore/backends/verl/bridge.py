@@ -126,7 +126,7 @@ class RlfAgentLoop(AgentLoopBase):
         if len(traj.prompt_ids) > prompt_len:
             raise ValueError(
                 f"row {row.id!r}: the prompt has {len(traj.prompt_ids)} tokens, verl's prompt_length is {prompt_len}; "
-                "raise rollout.max_total_tokens (verl's prompt_length is max_total_tokens - max_response_tokens)"
+                "raise rollout.max_total_tokens (verl's prompt_length is max_total_tokens - 1)"
             )
         return AgentLoopOutput(
             prompt_ids=traj.prompt_ids,
