@@ -7,7 +7,7 @@ from collections import defaultdict
 from typing import Callable, Mapping, Sequence, Union
 
 from rlfcore.chat import ChatTokenizer
-from rlfcore.engines.base import Engine, Generation, SamplingParams
+from rlfcore.engines.base import Engine, Generation, SamplingParams, cut_at_stop
 
 Policy = Union[Callable[[str, str], str], Mapping[str, Sequence[str]]]
 
@@ -17,7 +17,8 @@ class ScriptedEngine(Engine):
 
     ``policy`` is either a mapping from trajectory id (the request id) to the texts of its turns, or a
     callable ``(request_id, prompt_text) -> text``. Logprobs are 0: the text is certain. ``latency_s``
-    simulates a model's generation time.
+    simulates a model's generation time. A text holding one of ``params.stop`` is cut after the
+    earliest, with no end-of-turn token, as a model sampled with those stop strings would end.
     """
 
     def __init__(self, tokenizer: ChatTokenizer, policy: Policy, latency_s: float = 0.0):
@@ -39,9 +40,12 @@ class ScriptedEngine(Engine):
     async def generate(self, prompt_ids: list[int], params: SamplingParams, request_id: str = "") -> Generation:
         if self.latency_s:
             await asyncio.sleep(self.latency_s)
-        ids = self.tokenizer.encode(self._text(request_id, prompt_ids))
+        text = self._text(request_id, prompt_ids)
+        cut = cut_at_stop(text, params.stop)
+        ids = self.tokenizer.encode(text if cut is None else text[:cut])
         if len(ids) >= params.max_tokens:
             ids = ids[: params.max_tokens]
             return Generation(token_ids=ids, logprobs=[0.0] * len(ids), finish_reason="length")
-        ids.append(self.tokenizer.eos_token_ids[0])
+        if cut is None:
+            ids.append(self.tokenizer.eos_token_ids[0])
         return Generation(token_ids=ids, logprobs=[0.0] * len(ids), finish_reason="stop")
