@@ -11,12 +11,14 @@ runs it with its timeouts, retries and cache.
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 from rlfcore import ToolCall, ToolResult
 from rlfcore.loop import continuation
 from rlfcore.types import Message
 
-from rlf_deepsearch.corpus import Passage
+if TYPE_CHECKING:
+    from rlf_deepsearch.corpus import Passage
 
 _ACTION = re.compile(r"<(search|answer)>(.*?)</\1>", re.DOTALL)
 _TAG = re.compile(r"(</?(?:think|search|information|answer)>)")
