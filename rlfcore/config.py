@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 if TYPE_CHECKING:
     from rlfcore.plugins import PluginManager
@@ -62,6 +62,17 @@ class SamplingConfig(_Section):
     top_k: int = Field(-1, description="-1: no top-k filtering.")
     max_tokens: int = Field(256, gt=0, description="Tokens generated per turn at most.")
     seed: int | None = None
+    stop: list[str] = Field(
+        default_factory=list,
+        description="Stop strings: a turn ends once its generated text contains one (e.g. Search-R1's `</search>`).",
+    )
+
+    @field_validator("stop")
+    @classmethod
+    def _stop_not_empty(cls, stop: list[str]) -> list[str]:
+        if any(not s for s in stop):
+            raise ValueError("an empty stop string would stop every generation at once")
+        return stop
 
 
 class RolloutConfig(_Section):

@@ -62,6 +62,8 @@ class VerlServerEngine(Engine):
 
     async def generate(self, prompt_ids: list[int], params: SamplingParams, request_id: str = "") -> Generation:
         sampling = {**self.sampling, "max_tokens": params.max_tokens, "logprobs": True}
+        if params.stop:  # vLLM's and SGLang's stop strings; the ids keep the token that completed one
+            sampling.update(stop=list(params.stop), include_stop_str_in_output=True)
         out = await self.client.generate(request_id=request_id, prompt_ids=list(prompt_ids), sampling_params=sampling)
         self._record(dict(out.extra_fields or {}))
         tokens = list(out.token_ids)
