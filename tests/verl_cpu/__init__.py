@@ -102,7 +102,8 @@ def _pss_mib(pid: int) -> float:
 
 def _describe(pid: int) -> str:
     try:
-        return f"{pid} {Path(f'/proc/{pid}/cmdline').read_bytes().replace(b'\0', b' ').decode()[:160]}"
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        return f"{pid} {cmdline[:160]}"
     except OSError:
         return str(pid)
 
