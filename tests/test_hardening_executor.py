@@ -139,12 +139,13 @@ async def test_cache_keeps_what_the_model_saw_and_evicts_the_least_recently_used
     again = await ex.run([ToolCall("big", {"key": "a"})], tools)  # a hit: "a" becomes the most recent
     await ex.run([ToolCall("big", {"key": "c"})], tools)  # evicts "b"
     await ex.run([ToolCall("big", {"key": k}) for k in "ac"], tools)
-    assert runs == ["a", "b", "c"] and ex.metrics.cache_hits == 3
+    # "a" and "b" of the first call run side by side, so their order is not fixed.
+    assert sorted(runs) == ["a", "b", "c"] and runs[2] == "c" and ex.metrics.cache_hits == 3
     assert again[0].content == first[0].content and len(first[0].content) < 200
     # Kept as cut: two entries of ~150 characters, not two of 5 MB (before: every output, whole, forever).
     assert sum(len(o.content) for o in ex._cache.values()) < 400
     await ex.run([ToolCall("big", {"key": "b"})], tools)
-    assert runs == ["a", "b", "c", "b"]
+    assert sorted(runs[:2]) == ["a", "b"] and runs[2:] == ["c", "b"]
 
 
 def test_the_trajectory_record_keeps_the_tool_traceback_and_debug_prints_it(capsys):
