@@ -170,4 +170,4 @@ class Runtime:
         if not path.is_dir():
             hint = "; model.init describes one: build it with `rlf init-model CONFIG` (or `rlf train`)" if self.config.model.init else ""
             raise FileNotFoundError(f"{key}: no folder {path} ({value!r}, read relative to the config's folder){hint}")
-        return load_tokenizer(str(path))
+        return load_tokenizer(str(path), self.config.model.chat_template_kwargs)
