@@ -102,9 +102,14 @@ class ToolsConfig(_Section):
 
 
 class EngineConfig(_Section):
-    name: str = Field("transformers", description="transformers, openai, or one a plugin registered.")
-    base_url: str | None = Field(None, description="For `openai`: the server's URL, ending in /v1.")
-    model: str | None = Field(None, description="For `openai`: the served model's name.")
+    name: str = Field(
+        "transformers", description="transformers, openai, openai-chat (evaluation only), or one a plugin registered."
+    )
+    base_url: str | None = Field(None, description="For `openai` and `openai-chat`: the server's URL, ending in /v1.")
+    model: str | None = Field(None, description="For `openai` and `openai-chat`: the served model's name.")
+    chat_tools: Literal["api", "text"] = Field(
+        "api", description="For `openai-chat`: tool calls in the API's `tools` field (`api`), or as text in `rollout.parser`'s format (`text`)."
+    )
     api_key: str | None = None
     timeout_s: float = Field(600.0, gt=0)
     max_batch_size: int = Field(32, ge=1, description="For `transformers`: prompts generated together.")

@@ -15,9 +15,11 @@ from pathlib import Path
 from typing import IO, Any, Callable
 
 from rlfcore.chat import ChatTokenizer
+from rlfcore.chatloop import chat_rollout
 from rlfcore.data import Row
 from rlfcore.diagnostics import trajectory_warnings
 from rlfcore.engines.base import Engine
+from rlfcore.engines.chat import ChatEngine
 from rlfcore.failures import error_causes
 from rlfcore.loop import Rollout, Trajectory
 from rlfcore.rewards import RewardPipeline
@@ -52,14 +54,21 @@ def summarize(trajectories: list[Trajectory], seconds: float) -> dict[str, Any]:
 
 async def evaluate(
     runtime: Runtime,
-    engine: Engine,
-    tokenizer: ChatTokenizer,
+    engine: Engine | ChatEngine,
+    tokenizer: ChatTokenizer | None,
     rows: list[Row],
     out: IO[str] | None = None,
     on_group: Callable[[list[Trajectory]], None] | None = None,
 ) -> tuple[list[Trajectory], dict[str, Any]]:
-    """Roll out and score every row (``rollout.n`` samples each), writing JSON lines to ``out``."""
-    rollout = Rollout(runtime, engine, tokenizer)
+    """Roll out and score every row (``rollout.n`` samples each), writing JSON lines to ``out``.
+
+    A chat engine runs the message loop (:mod:`rlfcore.chatloop`, no tokenizer); any other engine the
+    token loop, which needs ``tokenizer``."""
+    rollout: Rollout | None = chat_rollout(runtime, engine)
+    if rollout is None:
+        if tokenizer is None:
+            raise ValueError("a token engine needs the model's tokenizer (model.path or model.tokenizer)")
+        rollout = Rollout(runtime, engine, tokenizer)  # type: ignore[arg-type]
     rewards = RewardPipeline(runtime)
     start = time.perf_counter()
 

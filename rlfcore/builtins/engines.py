@@ -1,17 +1,21 @@
-"""Built-in plugin ``rlf.engines``: the ``transformers`` and ``openai`` rollout engines.
+"""Built-in plugin ``rlf.engines``: the ``transformers`` and ``openai`` rollout engines, and
+``openai-chat`` for evaluation (:mod:`rlfcore.engines.chat`: messages, no token ids).
 
 Factories import their engine (and torch) only when a run asks for it.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from rlfcore.chat import ChatTokenizer
 from rlfcore.config import RunConfig
 from rlfcore.context import SetupContext
 from rlfcore.engines.base import Engine
 from rlfcore.hookspecs import hookimpl
+
+if TYPE_CHECKING:
+    from rlfcore.engines.chat import ChatEngine
 
 
 def _transformers(config: RunConfig, tokenizer: ChatTokenizer) -> Engine:
@@ -31,6 +35,12 @@ def _openai(config: RunConfig, tokenizer: ChatTokenizer) -> Engine:
     return OpenAIEngine.from_config(config.engine, tokenizer)
 
 
+def _openai_chat(config: RunConfig, tokenizer: ChatTokenizer | None) -> ChatEngine:
+    from rlfcore.engines.chat import ChatEngine
+
+    return ChatEngine.from_config(config.engine, parser=config.rollout.parser)
+
+
 @hookimpl
-def register_engines(ctx: SetupContext) -> dict[str, Callable[[RunConfig, ChatTokenizer], Engine]]:
-    return {"transformers": _transformers, "openai": _openai}
+def register_engines(ctx: SetupContext) -> dict[str, Callable[..., Engine | ChatEngine]]:
+    return {"transformers": _transformers, "openai": _openai, "openai-chat": _openai_chat}

@@ -126,11 +126,13 @@ def _print_tracebacks(trajectories: list[Any]) -> None:
     reward = next((t for t in trajectories if t.reward_traceback), None)
     if reward is not None:
         click.echo(f"traceback of the first reward error ({reward.id}):\n{reward.reward_traceback}", err=True)
-    for t in trajectories:
-        for m in t.messages:
-            if m.get("role") == "tool" and m.get("traceback"):
-                click.echo(f"traceback of the first tool error ({t.id}):\n{m['traceback']}", err=True)
-                return
+    tool = next((t for t in trajectories if t.tool_tracebacks), None)
+    if tool is not None:
+        first = tool.tool_tracebacks[0]
+        click.echo(
+            f"traceback of the first tool error ({tool.id}, turn {first['turn']}, tool {first['tool']}):\n{first['traceback']}",
+            err=True,
+        )
 
 
 def _print_summary(summary: dict, out_path: Path) -> None:

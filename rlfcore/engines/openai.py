@@ -25,95 +25,27 @@ class EngineError(RuntimeError):
     """A generation request failed for good: the message names the URL and what the server said."""
 
 
-class OpenAIEngine(Engine):
-    """POSTs ``{base_url}/completions`` once per ``generate`` call; calls may run concurrently.
+class JSONEndpoint:
+    """One OpenAI-compatible route: a pooled client per event loop and a POST that retries what may pass.
 
-    Failures: connection errors, HTTP 429 and 5xx are retried ``max_retries`` times with exponential
-    backoff (``backoff_s``, doubled each time); other HTTP errors fail at once. A server that has not
-    answered within ``timeout_s`` is not retried (it is most likely still busy with the request): the
-    call fails with :class:`EngineError`.
-
-    Token ids are read from vLLM's ``logprobs.tokens`` (``token_id:N``, asked for with
-    ``return_tokens_as_token_ids``), else from ``choices[0].token_ids`` (``return_token_ids``), else by
-    encoding ``choices[0].text`` with ``tokenizer``. That last path is *not* token-exact: the text may
-    encode to other ids than the model sampled, and logprobs are dropped when the counts disagree.
-
-    Logprobs are whatever the server reports: vLLM's default is the temperature-1 distribution; serve
-    with ``--logprobs-mode processed_logprobs`` (and no top-k/top-p) for the temperature-T logprobs
-    the local trainer computes (checked against vLLM 0.32 in tests/test_vllm_server.py).
-
-    A server that stops on a stop token may leave that token out (vLLM does so for EOS in some
-    versions); the engine then appends it, so ``token_ids`` end with it as :class:`Generation`
-    promises: the id the server names in ``stop_reason`` (vLLM) or ``matched_stop`` (SGLang), else the
-    tokenizer's first EOS id, else the first of ``params.stop_token_ids`` (with none of these known,
-    the ids stay as sent). Its logprob is unknown and reported as 0.0. A stop on one of
-    ``params.stop`` (sent as ``stop``; the server names the string in ``stop_reason`` or
-    ``matched_stop``) appends nothing: the ids end with the token that completed the string.
+    Connection errors, HTTP 429 and 5xx are retried ``max_retries`` times with exponential backoff
+    (``backoff_s``, doubled each time); other HTTP errors fail at once. A server that has not answered
+    within ``timeout_s`` is not retried (it is most likely still busy with the request). Every failure
+    is an :class:`EngineError` naming the URL and what the server said.
     """
 
     def __init__(
-        self,
-        base_url: str,
-        model: str | None = None,
-        *,
-        api_key: str | None = None,
-        timeout_s: float = 600.0,
-        max_retries: int = 3,
-        backoff_s: float = 0.5,
-        tokenizer: ChatTokenizer | None = None,
-        max_connections: int = 256,
-        extra_body: dict[str, Any] | None = None,
+        self, url: str, *, api_key: str | None = None, timeout_s: float = 600.0, max_retries: int = 3,
+        backoff_s: float = 0.5, max_connections: int = 256,
     ):
-        self.url = base_url.rstrip("/") + "/completions"
-        self.model = model
+        self.url = url
         self.api_key = api_key
         self.timeout_s = timeout_s
         self.max_retries = max_retries
         self.backoff_s = backoff_s
-        self.tokenizer = tokenizer
         self.max_connections = max_connections
-        self.extra_body = dict(extra_body or {})
         self._client: httpx.AsyncClient | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
-
-    @classmethod
-    def from_config(cls, cfg: EngineConfig, tokenizer: ChatTokenizer | None = None) -> OpenAIEngine:
-        if not cfg.base_url:
-            raise ValueError("engine 'openai' needs engine.base_url: the server's URL, ending in /v1")
-        return cls(cfg.base_url, cfg.model, api_key=cfg.api_key, timeout_s=cfg.timeout_s, tokenizer=tokenizer)
-
-    def request_body(self, prompt_ids: list[int], params: SamplingParams) -> dict[str, Any]:
-        """The JSON sent for one generation: OpenAI fields plus the vLLM/SGLang extensions it needs."""
-        body: dict[str, Any] = {
-            "prompt": list(prompt_ids),
-            "max_tokens": params.max_tokens,
-            "temperature": params.temperature,
-            "top_p": params.top_p,
-            "logprobs": 1,
-            "stop_token_ids": list(params.stop_token_ids),
-            "return_tokens_as_token_ids": True,
-            "return_token_ids": True,
-            "skip_special_tokens": False,
-        }
-        if self.model:
-            body["model"] = self.model
-        if params.top_k != -1:
-            body["top_k"] = params.top_k
-        if params.seed is not None:
-            body["seed"] = params.seed
-        if params.stop:
-            body["stop"] = list(params.stop)
-            body["include_stop_str_in_output"] = True  # vLLM: the text keeps the stop string, as the ids do
-        body.update(self.extra_body)
-        return body
-
-    async def generate(self, prompt_ids: list[int], params: SamplingParams, request_id: str = "") -> Generation:
-        data = await self._post(self.request_body(prompt_ids, params), request_id)
-        try:
-            choice = data["choices"][0]
-        except (KeyError, IndexError, TypeError):
-            raise EngineError(f"{self.url}: the answer has no choices[0]: {_snippet(data)}") from None
-        return parse_choice(choice, params, self.tokenizer, self.url)
 
     async def close(self) -> None:
         """Close the connection pool of this event loop; a later call opens a new one."""
@@ -159,6 +91,90 @@ class OpenAIEngine(Engine):
             if response.status_code != 429 and response.status_code < 500:
                 raise EngineError(f"{self.url}: {problem}")
         raise EngineError(f"{self.url}: failed after {attempts} attempts; last: {problem}")
+
+
+class OpenAIEngine(JSONEndpoint, Engine):
+    """POSTs ``{base_url}/completions`` once per ``generate`` call; calls may run concurrently.
+
+    Failures are retried or raised as :class:`JSONEndpoint` says, as :class:`EngineError`.
+
+    Token ids are read from vLLM's ``logprobs.tokens`` (``token_id:N``, asked for with
+    ``return_tokens_as_token_ids``), else from ``choices[0].token_ids`` (``return_token_ids``), else by
+    encoding ``choices[0].text`` with ``tokenizer``. That last path is *not* token-exact: the text may
+    encode to other ids than the model sampled, and logprobs are dropped when the counts disagree.
+
+    Logprobs are whatever the server reports: vLLM's default is the temperature-1 distribution; serve
+    with ``--logprobs-mode processed_logprobs`` (and no top-k/top-p) for the temperature-T logprobs
+    the local trainer computes (checked against vLLM 0.32 in tests/test_vllm_server.py).
+
+    A server that stops on a stop token may leave that token out (vLLM does so for EOS in some
+    versions); the engine then appends it, so ``token_ids`` end with it as :class:`Generation`
+    promises: the id the server names in ``stop_reason`` (vLLM) or ``matched_stop`` (SGLang), else the
+    tokenizer's first EOS id, else the first of ``params.stop_token_ids`` (with none of these known,
+    the ids stay as sent). Its logprob is unknown and reported as 0.0. A stop on one of
+    ``params.stop`` (sent as ``stop``; the server names the string in ``stop_reason`` or
+    ``matched_stop``) appends nothing: the ids end with the token that completed the string.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str | None = None,
+        *,
+        api_key: str | None = None,
+        timeout_s: float = 600.0,
+        max_retries: int = 3,
+        backoff_s: float = 0.5,
+        tokenizer: ChatTokenizer | None = None,
+        max_connections: int = 256,
+        extra_body: dict[str, Any] | None = None,
+    ):
+        super().__init__(
+            base_url.rstrip("/") + "/completions", api_key=api_key, timeout_s=timeout_s, max_retries=max_retries,
+            backoff_s=backoff_s, max_connections=max_connections,
+        )
+        self.model = model
+        self.tokenizer = tokenizer
+        self.extra_body = dict(extra_body or {})
+
+    @classmethod
+    def from_config(cls, cfg: EngineConfig, tokenizer: ChatTokenizer | None = None) -> OpenAIEngine:
+        if not cfg.base_url:
+            raise ValueError("engine 'openai' needs engine.base_url: the server's URL, ending in /v1")
+        return cls(cfg.base_url, cfg.model, api_key=cfg.api_key, timeout_s=cfg.timeout_s, tokenizer=tokenizer)
+
+    def request_body(self, prompt_ids: list[int], params: SamplingParams) -> dict[str, Any]:
+        """The JSON sent for one generation: OpenAI fields plus the vLLM/SGLang extensions it needs."""
+        body: dict[str, Any] = {
+            "prompt": list(prompt_ids),
+            "max_tokens": params.max_tokens,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "logprobs": 1,
+            "stop_token_ids": list(params.stop_token_ids),
+            "return_tokens_as_token_ids": True,
+            "return_token_ids": True,
+            "skip_special_tokens": False,
+        }
+        if self.model:
+            body["model"] = self.model
+        if params.top_k != -1:
+            body["top_k"] = params.top_k
+        if params.seed is not None:
+            body["seed"] = params.seed
+        if params.stop:
+            body["stop"] = list(params.stop)
+            body["include_stop_str_in_output"] = True  # vLLM: the text keeps the stop string, as the ids do
+        body.update(self.extra_body)
+        return body
+
+    async def generate(self, prompt_ids: list[int], params: SamplingParams, request_id: str = "") -> Generation:
+        data = await self._post(self.request_body(prompt_ids, params), request_id)
+        try:
+            choice = data["choices"][0]
+        except (KeyError, IndexError, TypeError):
+            raise EngineError(f"{self.url}: the answer has no choices[0]: {_snippet(data)}") from None
+        return parse_choice(choice, params, self.tokenizer, self.url)
 
 
 def parse_choice(

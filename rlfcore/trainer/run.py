@@ -12,6 +12,7 @@ from typing import Any, Callable
 from rlfcore.config import RunConfig
 from rlfcore.data import read_rows
 from rlfcore.diagnostics import Advisor, config_warnings
+from rlfcore.engines.chat import refuse_chat_engine
 from rlfcore.plugins import PluginManager
 from rlfcore.runtime import Runtime
 from rlfcore.trainer.model import ensure_model, load_policy, resolve, tool_schemas
@@ -43,6 +44,7 @@ def train(config: RunConfig, manager: PluginManager, run_path: Path, resume: boo
     from rlfcore.trainer.sft import train_sft
 
     start = time.perf_counter()
+    refuse_chat_engine(config)
     base = base_dir(config)
     if not config.data.train:
         raise ValueError("the config names no training data: set data.train")
