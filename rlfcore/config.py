@@ -164,6 +164,10 @@ class TrainerConfig(_Section):
     device: str = Field("auto", description="cpu, cuda, or auto.")
     checkpoint_every: int = Field(50, ge=1)
     samples_per_step: int = Field(4, ge=0, description="Trajectories saved per step in samples/.")
+    loggers: list[Literal["tensorboard", "wandb", "mlflow", "trackio"]] = Field(
+        default_factory=list, description="Experiment trackers fed every step's metrics, besides metrics.jsonl (each must be installed)."
+    )
+    project: str = Field("rlf", min_length=1, description="Project (W&B, Trackio) or experiment (MLflow) of the trackers' runs.")
 
 
 class RunConfig(_Section):
@@ -428,6 +432,7 @@ def load_config(
         config._settings = settings
         config._source = None if isinstance(source, dict) else Path(source)
         issues += _check_envs(config, manager)
+        issues += _check_loggers(config)
     if issues:
         raise ConfigError(issues, source=label)
     assert config is not None
@@ -451,6 +456,14 @@ def _schema_of(manager: PluginManager, name: str) -> type[BaseModel] | None:
         if impl.plugin_name == name:
             return impl.function()
     return None
+
+
+def _check_loggers(config: RunConfig) -> list[ConfigIssue]:
+    """A tracker named in ``trainer.loggers`` whose package is not installed, found before a run starts."""
+    from rlfcore.trackers import missing_tracker
+
+    found = ((i, missing_tracker(name)) for i, name in enumerate(config.trainer.loggers))
+    return [ConfigIssue(path=f"trainer.loggers[{i}]", message=problem) for i, problem in found if problem]
 
 
 def _check_envs(config: RunConfig, manager: PluginManager) -> list[ConfigIssue]:

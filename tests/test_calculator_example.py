@@ -23,7 +23,7 @@ def test_calculator_example_runs_end_to_end(tmp_path):
         "train", str(tmp_path / "run.yaml"), "--run-dir", str(tmp_path / "run"),
         "sft.steps=20", "sft.batch_size=8", "trainer.steps=2", "trainer.prompts_per_step=2", "rollout.n=4",
         "model.init.hidden_size=32", "model.init.num_layers=1", "model.init.intermediate_size=64",
-        cwd=tmp_path,
+        "trainer.loggers=[tensorboard]", cwd=tmp_path,
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     run = tmp_path / "run"
@@ -34,3 +34,12 @@ def test_calculator_example_runs_end_to_end(tmp_path):
     # the prompts list the MCP server's tool
     sample = json.loads((run / "samples" / "step_000001.jsonl").read_text().splitlines()[0])
     assert sample["env"] == "mcp"
+    # trainer.loggers: [tensorboard] writes event files TensorBoard reads back, SFT and GRPO apart
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run / "tensorboard"))
+    events.Reload()
+    assert [(e.step, round(e.value, 6)) for e in events.Scalars("reward_mean")] == [
+        (m["step"], round(m["reward_mean"], 6)) for m in metrics
+    ]
+    assert len(events.Scalars("sft/loss")) == 20

@@ -55,6 +55,7 @@ def train(config: RunConfig, manager: PluginManager, run_path: Path, resume: boo
     torch.manual_seed(config.seed)
     runtime = asyncio.run(Runtime.create(config, manager))
     try:
+        run_dir.open_trackers(config)
         model_path = ensure_model(config, base, tool_schemas(runtime))
 
         grpo_ckpt = run_dir.last_checkpoint("step_") if resume else None
@@ -83,11 +84,11 @@ def train(config: RunConfig, manager: PluginManager, run_path: Path, resume: boo
         trainer.run(_phase(progress, "grpo"))
         grpo_s = time.perf_counter() - t0
     finally:
+        run_dir.close()  # trackers finish their runs, also when training stopped on an error
         asyncio.run(runtime.aclose())
     summary = summarize(run_dir.metrics(), sft_s=sft_s, grpo_s=grpo_s, total_s=time.perf_counter() - start)
     (run_dir.path / "summary.json").write_text(json.dumps(summary, indent=2))
     run_dir.curve(f"{config.source.stem if config.source else 'run'}: reward per step")
-    run_dir.close()
     return summary
 
 
@@ -102,13 +103,14 @@ def sft_only(config: RunConfig, manager: PluginManager, run_path: Path, progress
     run_dir.save_config(config)
     runtime = asyncio.run(Runtime.create(config, manager))
     try:
+        run_dir.open_trackers(config)
         model, hf_tok = load_policy(ensure_model(config, base, tool_schemas(runtime)), config.trainer.device, config.model.dtype)
         t0 = time.perf_counter()
         history = train_sft(model, hf_tok, runtime, resolve(config.sft.data, base), run_dir, _phase(progress, "sft"))
     finally:
+        run_dir.close()
         asyncio.run(runtime.aclose())
     path = run_dir.save_checkpoint("sft", model, hf_tok, {"step": config.sft.steps})
-    run_dir.close()
     return {"steps": len(history), "loss_first": history[0]["loss"], "loss_last": mean_loss(history), "seconds": time.perf_counter() - t0, "model": str(path / "model")}
 
 

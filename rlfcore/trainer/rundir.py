@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from rlfcore.config import RunConfig
+from rlfcore.trackers import Trackers
 
 
 class RunDir:
@@ -21,19 +22,21 @@ class RunDir:
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
         self.checkpoints = self.path / "checkpoints"
-        self._tb: Any = None
+        self.trackers: Trackers | None = None
+        """``trainer.loggers``, started by :meth:`open_trackers`; every :meth:`log` feeds them."""
 
     # --- metrics ---------------------------------------------------------------------------------
 
     def log(self, metrics: dict[str, Any], file: str = "metrics.jsonl") -> None:
         with (self.path / file).open("a") as f:
             f.write(json.dumps(metrics) + "\n")
-        tb = self._tensorboard()
-        if tb is not None and "step" in metrics:
-            prefix = "sft/" if file.startswith("sft") else ""
-            for k, v in metrics.items():
-                if isinstance(v, (int, float)) and k != "step":
-                    tb.add_scalar(prefix + k, v, metrics["step"])
+        if self.trackers is not None and "step" in metrics:
+            self.trackers.log(metrics, metrics["step"], "sft/" if file.startswith("sft") else "")
+
+    def open_trackers(self, config: RunConfig) -> None:
+        """Start the trackers ``trainer.loggers`` names (none: nothing to start)."""
+        if config.trainer.loggers:
+            self.trackers = Trackers.open(config.trainer.loggers, self.path, config.trainer.project, config.resolved())
 
     def metrics(self, file: str = "metrics.jsonl") -> list[dict[str, Any]]:
         path = self.path / file
@@ -43,16 +46,6 @@ class RunDir:
         """Drop lines past a checkpoint: a resumed run writes them again."""
         kept = [m for m in self.metrics(file) if m.get("step", 0) <= after_step]
         (self.path / file).write_text("".join(json.dumps(m) + "\n" for m in kept))
-
-    def _tensorboard(self) -> Any:
-        if self._tb is None:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-            except Exception:  # tensorboard is optional
-                self._tb = False
-            else:
-                self._tb = SummaryWriter(str(self.path / "tensorboard"))
-        return self._tb or None
 
     def samples(self, step: int, records: list[dict[str, Any]]) -> None:
         folder = self.path / "samples"
@@ -121,8 +114,9 @@ class RunDir:
         return out
 
     def close(self) -> None:
-        if self._tb:
-            self._tb.close()
+        if self.trackers is not None:
+            self.trackers.close()
+            self.trackers = None
 
 
 def rng_state() -> dict[str, Any]:
