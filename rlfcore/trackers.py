@@ -149,10 +149,6 @@ class Trackers:
     @classmethod
     def open(cls, names: list[str], run_path: Path, project: str, config: dict[str, Any]) -> Trackers:
         """Start each named tracker; ids kept in ``RUN/trackers.json`` resume the same W&B and MLflow runs."""
-        for name in names:
-            problem = missing_tracker(name)
-            if problem is not None:
-                raise RuntimeError(f"trainer.loggers: {problem}")
         ids_path = run_path / "trackers.json"
         ids: dict[str, str] = json.loads(ids_path.read_text()) if ids_path.exists() else {}
         trackers: dict[str, Tracker] = {}
@@ -182,8 +178,12 @@ class Trackers:
                 del self.trackers[name]
 
     def close(self) -> None:
-        for tracker in self.trackers.values():
-            tracker.close()
+        """Finish every tracker's run; one that fails to is warned about, the others still finish."""
+        for name, tracker in self.trackers.items():
+            try:
+                tracker.close()
+            except Exception as exc:  # closing runs in a ``finally``: it must not hide the run's own error
+                print(f"warning: tracker {name} failed to finish its run ({type(exc).__name__}: {exc})", file=sys.stderr)
         self.trackers = {}
 
 

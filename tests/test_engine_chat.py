@@ -131,3 +131,36 @@ def test_api_calls_that_cannot_be_read_are_error_calls_and_odd_answers_are_engin
 
     with Filtered() as server, pytest.raises(EngineError, match="unexpected finish_reason 'content_filter'"):
         asyncio.run(ask(server.base_url))
+
+
+RAISING_TOOL = '''
+from rlfcore import hookimpl, tool
+
+
+@tool
+def calculate(expression: str) -> str:
+    """Evaluate an arithmetic expression."""
+    return {"a": 1}["b"]
+
+
+@hookimpl
+def register_tools(ctx):
+    return [calculate]
+'''
+
+
+def test_a_raising_tool_shows_the_model_a_short_message_and_the_author_its_traceback(tmp_path):
+    config = _project(tmp_path)
+    (tmp_path / "calc.py").write_text(RAISING_TOOL)
+    (tmp_path / "run.yaml").write_text("local_plugins: [calc.py]\ndata: {eval: data.jsonl}\nengine: {name: openai-chat}\n")
+    with ChatServer() as server:
+        out = run_rlf("--debug", "eval", str(config), "--out", str(tmp_path / "out.jsonl"), f"engine.base_url={server.base_url}",
+                      cwd=tmp_path)
+        sent = [b["messages"][-1] for b in server.requests if b["messages"][-1]["role"] == "tool"]
+    assert out.returncode == 0, out.stdout + out.stderr
+    record = next(r for r in _records(tmp_path / "out.jsonl") if r["row_id"] == "q0")
+    assert record["tool_errors"] == 1 and record["tool_error_kinds"] == {"exception": 1}
+    assert "KeyError" in record["messages"][2]["content"] and "Traceback" not in record["messages"][2]["content"]
+    assert all("Traceback" not in m["content"] and "calc.py" not in m["content"] for m in sent)  # the model's view
+    assert 'calc.py", line 8, in calculate' in record["tool_tracebacks"][0]["traceback"]
+    assert "tool 'calculate' raised" in out.stderr and 'calc.py", line 8, in calculate' in out.stderr  # --debug

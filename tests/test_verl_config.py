@@ -132,7 +132,8 @@ def test_settings_without_a_verl_default_map(tmp_path):
     from rlfcore.backends.verl.launch import prepare
 
     overrides = ["trainer.micro_batch_tokens=8192", "trainer.bf16=false", "model.dtype=bfloat16", "engine.max_batch_size=48",
-                 "trainer.samples_per_step=2", "rollout.max_response_tokens=9000"]
+                 "trainer.samples_per_step=2", "rollout.max_response_tokens=9000", "trainer.loggers=[tensorboard,mlflow]",
+                 "trainer.project=calc"]
     plan = prepare(_run(tmp_path), overrides, [], tmp_path / "o", resume=True)
     c = plan.config
     actor, rollout = c.actor_rollout_ref.actor, c.actor_rollout_ref.rollout
@@ -142,6 +143,7 @@ def test_settings_without_a_verl_default_map(tmp_path):
     assert rollout.max_num_seqs == 48 and (rollout.seed, actor.fsdp_config.seed) == (7, 7)
     assert c.trainer.rollout_data_dir == str((tmp_path / "o" / "samples").resolve())
     assert c.trainer.resume_mode == "auto"
+    assert list(c.trainer.logger) == ["console", "tensorboard", "mlflow"] and c.trainer.project_name == "calc"
     assert (rollout.prompt_length, rollout.response_length) == (6143, 6143)  # max_total_tokens caps the response
 
 

@@ -122,17 +122,11 @@ class _EvalProgress:
 
 
 def _print_tracebacks(trajectories: list[Any]) -> None:
-    """``--debug``: where the first failing reward hook and the first failing tool raised."""
+    """``--debug``: where the first failing reward hook raised (a failing tool's traceback is logged
+    by the executor as it happens)."""
     reward = next((t for t in trajectories if t.reward_traceback), None)
     if reward is not None:
         click.echo(f"traceback of the first reward error ({reward.id}):\n{reward.reward_traceback}", err=True)
-    tool = next((t for t in trajectories if t.tool_tracebacks), None)
-    if tool is not None:
-        first = tool.tool_tracebacks[0]
-        click.echo(
-            f"traceback of the first tool error ({tool.id}, turn {first['turn']}, tool {first['tool']}):\n{first['traceback']}",
-            err=True,
-        )
 
 
 def _print_summary(summary: dict, out_path: Path) -> None:
