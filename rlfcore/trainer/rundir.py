@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from rlfcore.config import RunConfig
+from rlfcore.surrogates import json_line
 
 
 class RunDir:
@@ -57,9 +58,9 @@ class RunDir:
     def samples(self, step: int, records: list[dict[str, Any]]) -> None:
         folder = self.path / "samples"
         folder.mkdir(exist_ok=True)
-        with (folder / f"step_{step:06d}.jsonl").open("w") as f:
+        with (folder / f"step_{step:06d}.jsonl").open("w", encoding="utf-8") as f:
             for r in records:
-                f.write(json.dumps(r, ensure_ascii=False) + "\n")
+                f.write(json_line(r))
 
     # --- checkpoints -----------------------------------------------------------------------------
 
