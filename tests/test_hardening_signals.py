@@ -1,0 +1,163 @@
+"""SIGTERM and SIGINT: ``rlf eval`` and ``rlf train`` stop cleanly, leave no process behind, exit
+130/143, and a training run keeps its last finished step as a checkpoint it says how to resume from.
+
+The MCP server here is a real stdio server (the MCP SDK's); a tool call is in flight when the signal
+arrives. The model is a tiny Qwen3 built here (no hub); the eval's turns are scripted by a local
+engine plugin so the call is certain to be made.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import ROOT
+
+from rlfcore.signals import Interrupted, deferred, handled, interruption
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="process checks read /proc (Linux)")
+
+WAITER = '''
+import asyncio, os, sys
+from mcp.server.mcpserver import MCPServer
+
+server = MCPServer("waiter", log_level="CRITICAL")
+
+
+@server.tool(description="Write this server's pid to a file, then wait ten minutes.")
+async def wait(marker: str) -> str:
+    with open(marker + ".tmp", "w") as f:
+        f.write(str(os.getpid()))
+    os.replace(marker + ".tmp", marker)
+    await asyncio.sleep(600)
+    return "done"
+
+
+server.run("stdio")
+'''
+
+ENGINE_PLUGIN = '''
+import json, os
+from rlfcore import hookimpl
+from rlfcore.engines.scripted import ScriptedEngine
+
+CALL = "<tool_call>" + json.dumps({"name": "wait", "arguments": {"marker": os.environ["WAITER_MARKER"]}}) + "</tool_call>"
+
+
+@hookimpl
+def register_engines(ctx):
+    return {"script": lambda config, tokenizer: ScriptedEngine(tokenizer, lambda request_id, prompt: CALL)}
+'''
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    from rlfcore.tinymodel import build_tiny
+
+    texts = ['<tool_call>{"name": "wait", "arguments": {"marker": "m"}}</tool_call> done'] * 10
+    return build_tiny(texts, tmp_path_factory.mktemp("tiny") / "model", vocab_size=300)
+
+
+def _start(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("RLF_")}
+    full_env.update(PYTHONPATH=str(ROOT), **(env or {}))
+    return subprocess.Popen([sys.executable, "-m", "rlfcore", *args], cwd=cwd, env=full_env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+
+def _wait_for(check, timeout_s: float, what: str, proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            pytest.fail(f"rlf exited ({proc.returncode}) before {what}:\n{out}\n{err}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                    found.append(int(entry.name))
+            except (OSError, ValueError, IndexError):
+                pass
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_rlf_eval_stops_its_mcp_server_with_a_call_in_flight(tiny, tmp_path, signum, code):
+    (tmp_path / "waiter.py").write_text(WAITER)
+    (tmp_path / "script_engine.py").write_text(ENGINE_PLUGIN)
+    (tmp_path / "data.jsonl").write_text(json.dumps({"id": "q", "prompt": "Wait."}) + "\n")
+    (tmp_path / "run.yaml").write_text(
+        f"plugins: [mcp]\nlocal_plugins: [script_engine.py]\nmodel:\n  path: {tiny}\ndata:\n  eval: data.jsonl\n  default_env: mcp\n"
+        f"engine:\n  name: script\ntools:\n  timeout_s: 600\n"
+        f"mcp:\n  servers:\n    waiter:\n      command: {sys.executable}\n      args: [waiter.py]\n"
+    )
+    marker = tmp_path / "called"
+    proc = _start(["eval", "run.yaml", "--out", "out.jsonl"], tmp_path, {"WAITER_MARKER": str(marker)})
+    _wait_for(marker.exists, 240, "the MCP tool call", proc)
+    server = int(marker.read_text())
+    helpers = [p for p in _children(proc.pid) if p != server]  # forkserver, scoring workers, if any
+    assert _alive(server)
+    proc.send_signal(signum)
+    try:
+        out, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail("rlf eval did not exit within 60 s of the signal")
+    assert proc.returncode == code, out + err
+    assert f"Aborted ({signal.Signals(signum).name})" in err
+    deadline = time.monotonic() + 10
+    while any(_alive(p) for p in [server, *helpers]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(server), "the MCP server outlived rlf eval"
+    assert not [p for p in helpers if _alive(p)], "a child process outlived rlf eval"
+
+
+def test_a_signal_inside_deferred_waits_for_the_block_and_then_raises():
+    steps = []
+    with pytest.raises(Interrupted) as caught, handled():
+        with deferred():
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)  # the handler has run by now: the block goes on
+            steps.append("finished")
+        steps.append("not reached")
+    assert steps == ["finished"]
+    assert caught.value.signum == signal.SIGTERM and caught.value.exit_code == 143
+    assert signal.getsignal(signal.SIGTERM) is not None and signal.getsignal(signal.SIGTERM) != signal.SIG_IGN
+
+
+def test_handlers_are_restored_and_interruption_finds_a_wrapped_signal():
+    before = signal.getsignal(signal.SIGTERM)
+    with handled():
+        assert signal.getsignal(signal.SIGTERM) is not before
+    assert signal.getsignal(signal.SIGTERM) is before
+    try:
+        try:
+            raise Interrupted(signal.SIGINT, note="saved")
+        except KeyboardInterrupt as exc:
+            raise RuntimeError("wrapped") from exc
+    except RuntimeError as wrapped:
+        found = interruption(wrapped)
+    assert found is not None and found.note == "saved" and found.exit_code == 130
