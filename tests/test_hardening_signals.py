@@ -161,3 +161,63 @@ def test_handlers_are_restored_and_interruption_finds_a_wrapped_signal():
     except RuntimeError as wrapped:
         found = interruption(wrapped)
     assert found is not None and found.note == "saved" and found.exit_code == 130
+
+
+TRAIN_PLUGIN = '''
+from rlfcore import Score, hookimpl
+
+
+@hookimpl
+def compute_score(sample):
+    return Score(value=float(sample.response.startswith("A")))
+'''
+
+
+def _train_project(tmp_path: Path) -> Path:
+    (tmp_path / "plugin.py").write_text(TRAIN_PLUGIN)
+    rows = [{"id": f"r{i}", "prompt": f"Say something about {i}."} for i in range(8)]
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "run.yaml").write_text(
+        "local_plugins: [plugin.py]\nseed: 3\nmodel:\n  path: model\n"
+        "  init: {texts: [rows.jsonl], vocab_size: 300, hidden_size: 32, num_layers: 1, num_heads: 2, num_kv_heads: 1, intermediate_size: 64}\n"
+        "data: {train: rows.jsonl}\nrollout: {n: 4, max_turns: 1, sampling: {max_tokens: 6, temperature: 1.0}}\n"
+        "trainer: {steps: 1000, prompts_per_step: 2, lr: 0.01, checkpoint_every: 1000, samples_per_step: 1}\nengine: {device: cpu}\n"
+    )
+    return tmp_path / "run.yaml"
+
+
+def _steps(run: Path) -> list[dict]:
+    return [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_sigint_in_rlf_train_saves_the_last_step_and_resume_matches_an_uninterrupted_run(tmp_path):
+    from conftest import run_rlf
+
+    config = _train_project(tmp_path)
+    run = tmp_path / "part"
+    proc = _start(["train", str(config), "--run-dir", str(run)], tmp_path)
+    metrics = run / "metrics.jsonl"
+    _wait_for(lambda: metrics.exists() and len(metrics.read_text().splitlines()) >= 2, 240, "two training steps", proc)
+    proc.send_signal(signal.SIGINT)
+    try:
+        out, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail("rlf train did not exit within 60 s of SIGINT")
+    assert proc.returncode == 130, out + err
+    done = len(_steps(run))
+    assert done >= 2 and [m["step"] for m in _steps(run)] == list(range(1, done + 1))
+    checkpoint = run / "checkpoints" / f"step_{done:06d}"
+    assert (checkpoint / "trainer.pt").exists() and (checkpoint / "model" / "model.safetensors").exists()
+    assert f"step {done} saved in {checkpoint}" in err and f"--resume (it starts at step {done + 1})" in err, err
+
+    resumed = run_rlf("train", str(config), f"trainer.steps={done + 1}", "--run-dir", str(run), "--resume", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    full = run_rlf("train", str(config), f"trainer.steps={done + 1}", "--run-dir", str(tmp_path / "full"), cwd=tmp_path)
+    assert full.returncode == 0, full.stdout + full.stderr
+    again, straight = _steps(run), _steps(tmp_path / "full")
+    assert [m["step"] for m in again] == [m["step"] for m in straight] == list(range(1, done + 2))
+    for a, b in zip(again, straight):
+        for key in ("reward_mean", "loss", "grad_norm", "response_length", "lr"):
+            assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-7), (a["step"], key)

@@ -72,7 +72,7 @@ class RunDir:
         model.save_pretrained(tmp / "model")
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp / "model")
-        state = {**state, "rng": rng_state()}
+        state = {"rng": rng_state(), **state}  # a caller may pass the state a finished step left
         torch.save(state, tmp / "trainer.pt")
         if final.exists():
             import shutil
