@@ -29,6 +29,7 @@ from rlfcore.loop import Rollout, Trajectory
 from rlfcore.rewards import RewardPipeline, turn_returns
 from rlfcore.runtime import Runtime
 from rlfcore.trainer import grpo
+from rlfcore.trainer.checkpoint import load_error
 from rlfcore.signals import Interrupted, deferred
 from rlfcore.trainer.rundir import RunDir, rng_state, set_rng_state
 
@@ -113,11 +114,18 @@ class LocalTrainer:
         """Weights, optimizer, schedule, RNG and step from a checkpoint; metrics past it are dropped."""
         from safetensors.torch import load_file
 
-        weights = load_file(str(checkpoint / "model" / "model.safetensors"), device=str(self.device))
+        weights_file, state_file = checkpoint / "model" / "model.safetensors", checkpoint / "trainer.pt"
+        try:
+            weights = load_file(str(weights_file), device=str(self.device))
+        except Exception as exc:
+            raise load_error(checkpoint, weights_file, exc, self.run_dir.step_checkpoints()) from exc
+        try:
+            state = torch.load(state_file, map_location=self.device, weights_only=False)
+        except Exception as exc:
+            raise load_error(checkpoint, state_file, exc, self.run_dir.step_checkpoints()) from exc
         self.model.load_state_dict(weights, strict=False)
         if getattr(self.model.config, "tie_word_embeddings", False):
             self.model.tie_weights()
-        state = torch.load(checkpoint / "trainer.pt", map_location=self.device, weights_only=False)
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         if self.reference is not None and "reference" in state:

@@ -34,8 +34,12 @@ def base_dir(config: RunConfig) -> Path:
     return config.source.resolve().parent if config.source else Path.cwd()
 
 
-def train(config: RunConfig, manager: PluginManager, run_path: Path, resume: bool = False, progress: Progress | None = None) -> dict[str, Any]:
-    """SFT warm start (when ``sft.data`` is set), then GRPO; returns the run's summary."""
+def train(
+    config: RunConfig, manager: PluginManager, run_path: Path, resume: bool = False, progress: Progress | None = None,
+    resume_from: Path | None = None,
+) -> dict[str, Any]:
+    """SFT warm start (when ``sft.data`` is set), then GRPO; returns the run's summary. ``resume``
+    continues from the last checkpoint, ``resume_from`` from the one named (an earlier, intact one)."""
     import torch
 
     from rlfcore.trainer.local import LocalTrainer
@@ -46,6 +50,9 @@ def train(config: RunConfig, manager: PluginManager, run_path: Path, resume: boo
     if not config.data.train:
         raise ValueError("the config names no training data: set data.train")
     rows = read_rows(resolve(config.data.train, base))
+    if resume_from is not None and not (resume_from / "trainer.pt").is_file():
+        raise RunDirError(f"--resume-from {resume_from}: not a checkpoint (it has no trainer.pt); they are in RUN/checkpoints/step_N")
+    resume = resume or resume_from is not None
     run_dir = open_run_dir(run_path, resume)
     run_dir.save_config(config)
     torch.manual_seed(config.seed)
@@ -53,7 +60,7 @@ def train(config: RunConfig, manager: PluginManager, run_path: Path, resume: boo
     try:
         model_path = ensure_model(config, base, tool_schemas(runtime))
 
-        grpo_ckpt = run_dir.last_checkpoint("step_") if resume else None
+        grpo_ckpt = resume_from or (run_dir.last_checkpoint("step_") if resume else None)
         sft_ckpt = run_dir.checkpoints / "sft"
         sft_s = 0.0
         if grpo_ckpt is None and config.sft.data and config.sft.steps:

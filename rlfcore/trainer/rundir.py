@@ -82,8 +82,12 @@ class RunDir:
         return final
 
     def last_checkpoint(self, prefix: str = "step_") -> Path | None:
-        found = sorted(p for p in self.checkpoints.glob(f"{prefix}*") if (p / "trainer.pt").exists())
+        found = self.step_checkpoints(prefix)
         return found[-1] if found else None
+
+    def step_checkpoints(self, prefix: str = "step_") -> list[Path]:
+        """The saved checkpoints, oldest first."""
+        return sorted(p for p in self.checkpoints.glob(f"{prefix}*") if (p / "trainer.pt").exists())
 
     def save_config(self, config: RunConfig) -> None:
         config.save(self.path / "config.yaml")
