@@ -21,9 +21,10 @@ def eval_command(config_path: str, overrides: tuple[str, ...], engine: str | Non
     from rlfcore.config import load_config
     from rlfcore.data import read_rows
     from rlfcore.evaluation import default_out, evaluate
-    from rlfcore.runtime import Runtime
+    from rlfcore.runtime import Runtime, model_source
 
     config, manager = load_config(config_path, list(overrides) + ([f"engine.name={engine}"] if engine else []))
+    model_source(config)  # a missing model fails here, before any MCP server starts
     data = config.data.eval or config.data.train
     if not data:
         raise click.UsageError("the config names no dataset: set data.eval (or data.train)")

@@ -34,6 +34,21 @@ def base_dir(config: RunConfig) -> Path:
     return config.source.resolve().parent if config.source else Path.cwd()
 
 
+def check_model(config: RunConfig, base: Path) -> None:
+    """A config error naming ``model.path`` unless it holds a model or ``model.init`` builds one;
+    checked before the runtime starts plugins' servers."""
+    from rlfcore.config import ConfigError, ConfigIssue
+
+    path = resolve(config.model.path, base)
+    if path is None:
+        problem = "not set: name the folder of a Hugging Face model (and set model.init to build a tiny one there)"
+    elif not (path / "config.json").exists() and config.model.init is None:
+        problem = f"{path} has no model, and model.init is not set to build one"
+    else:
+        return
+    raise ConfigError([ConfigIssue(path="model.path", message=problem)], source=str(config.source or "config"))
+
+
 def train(
     config: RunConfig, manager: PluginManager, run_path: Path, resume: bool = False, progress: Progress | None = None,
     resume_from: Path | None = None,
@@ -50,6 +65,7 @@ def train(
     if not config.data.train:
         raise ValueError("the config names no training data: set data.train")
     rows = read_rows(resolve(config.data.train, base))
+    check_model(config, base)
     if resume_from is not None and not (resume_from / "trainer.pt").is_file():
         raise RunDirError(f"--resume-from {resume_from}: not a checkpoint (it has no trainer.pt); they are in RUN/checkpoints/step_N")
     resume = resume or resume_from is not None
@@ -101,6 +117,7 @@ def sft_only(config: RunConfig, manager: PluginManager, run_path: Path, progress
     base = base_dir(config)
     if not config.sft.data:
         raise ValueError("the config names no SFT data: set sft.data (JSONL of conversations)")
+    check_model(config, base)
     run_dir = open_run_dir(run_path, resume=False)
     run_dir.save_config(config)
     runtime = asyncio.run(Runtime.create(config, manager))
