@@ -221,3 +221,49 @@ def test_sigint_in_rlf_train_saves_the_last_step_and_resume_matches_an_uninterru
     for a, b in zip(again, straight):
         for key in ("reward_mean", "loss", "grad_norm", "response_length", "lr"):
             assert a[key] == pytest.approx(b[key], rel=1e-5, abs=1e-7), (a["step"], key)
+
+
+@pytest.fixture
+def trainer(tmp_path):
+    """A LocalTrainer of a tiny model built here, on two rows, with the built-in reward."""
+    from rlfcore.data import normalize_row
+    from rlfcore.testing import make_runtime
+    from rlfcore.trainer.local import LocalTrainer
+    from rlfcore.trainer.model import ensure_model, load_policy
+    from rlfcore.trainer.rundir import RunDir
+
+    rows = [{"id": f"r{i}", "prompt": f"Say {i}."} for i in range(2)]
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    config = {
+        "model": {"path": "model", "init": {"texts": ["rows.jsonl"], "vocab_size": 300, "hidden_size": 32, "num_layers": 1,
+                                            "num_heads": 2, "num_kv_heads": 1, "intermediate_size": 64}},
+        "rollout": {"n": 2, "max_turns": 1, "sampling": {"max_tokens": 4}},
+        "trainer": {"steps": 3, "prompts_per_step": 2, "checkpoint_every": 10, "samples_per_step": 0},
+        "engine": {"device": "cpu"},
+    }
+    runtime = make_runtime(config)
+    model, hf_tok = load_policy(ensure_model(runtime.config, tmp_path), "cpu")
+    yield LocalTrainer(runtime, model, hf_tok, [normalize_row(r, i) for i, r in enumerate(rows)], RunDir(tmp_path / "run"))
+
+
+def test_a_signal_while_a_step_is_applied_waits_and_that_step_is_saved(trainer):
+    def signal_during_step(metrics):
+        if metrics["step"] == 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)
+
+    with pytest.raises(Interrupted) as caught, handled():
+        trainer.run(signal_during_step)
+    assert caught.value.signum == signal.SIGTERM and trainer.step == 1
+    assert "step 1 saved in" in caught.value.note and "it starts at step 2" in caught.value.note
+    assert trainer.run_dir.last_checkpoint().name == "step_000001"
+    assert [json.loads(x)["step"] for x in (trainer.run_dir.path / "metrics.jsonl").read_text().splitlines()] == [1]
+
+
+def test_ctrl_c_without_the_handlers_inside_a_step_saves_nothing_half_applied(trainer):
+    def interrupt(metrics):
+        raise KeyboardInterrupt
+
+    with pytest.raises(Interrupted) as caught:
+        trainer.run(interrupt)
+    assert "nothing saved" in caught.value.note and trainer.run_dir.last_checkpoint() is None

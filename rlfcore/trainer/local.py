@@ -141,11 +141,12 @@ class LocalTrainer:
         the last finished one is saved, unless a checkpoint holds it already; :class:`Interrupted`
         then says where ``--resume`` starts."""
         history = []
-        saved, rng_after = self.step, rng_state()
+        saved, rng_after, applying = self.step, rng_state(), False
         try:
             while self.step < self.cfg.steps:
                 t0 = time.perf_counter()
                 collected = self._collect_step()
+                applying = True
                 with deferred():  # the update, the step count and the logs change together or not at all
                     metrics = self._apply_step(*collected, t0)
                     self.run_dir.log(metrics)
@@ -155,12 +156,17 @@ class LocalTrainer:
                     if self.step % self.cfg.checkpoint_every == 0 or self.step == self.cfg.steps:
                         self.save()
                         saved = self.step
-                    rng_after = rng_state()
+                    rng_after, applying = rng_state(), False  # a held signal is raised after this line
         except KeyboardInterrupt as exc:
-            raise self._interrupted(exc, saved, rng_after) from exc
+            raise self._interrupted(exc, saved, rng_after, applying) from exc
         return history
 
-    def _interrupted(self, exc: KeyboardInterrupt, saved: int, rng_after: dict[str, Any]) -> Interrupted:
+    def _interrupted(self, exc: KeyboardInterrupt, saved: int, rng_after: dict[str, Any], applying: bool) -> Interrupted:
+        signum = getattr(exc, "signum", signal.SIGINT)
+        if applying:  # only without rlfcore.signals.handled(), which holds a signal until the step is applied
+            last = self.run_dir.last_checkpoint()
+            where = f"the last checkpoint is {last}" if last is not None else "there is no checkpoint"
+            return Interrupted(signum, f"Interrupted while applying a step: nothing saved (the weights may hold part of it); {where}.")
         if self.step > saved:
             with deferred():
                 self.save(rng_after)
@@ -174,7 +180,7 @@ class LocalTrainer:
         if self.step:
             config = self.config.source or "CONFIG"
             note += f" Resume with: rlf train {config} --run-dir {self.run_dir.path} --resume (it starts at step {self.step + 1})."
-        return Interrupted(getattr(exc, "signum", signal.SIGINT), note)
+        return Interrupted(signum, note)
 
     def train_step(self) -> dict[str, Any]:
         t0 = time.perf_counter()
