@@ -178,9 +178,9 @@ def _train_project(tmp_path: Path) -> Path:
     rows = [{"id": f"r{i}", "prompt": f"Say something about {i}."} for i in range(8)]
     (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (tmp_path / "run.yaml").write_text(
-        "local_plugins: [plugin.py]\nseed: 3\nmodel:\n  path: model\n"
+        "plugins: [mcp]\nlocal_plugins: [plugin.py]\nseed: 3\nmodel:\n  path: model\n"
         "  init: {texts: [rows.jsonl], vocab_size: 300, hidden_size: 32, num_layers: 1, num_heads: 2, num_kv_heads: 1, intermediate_size: 64}\n"
-        "data: {train: rows.jsonl}\nrollout: {n: 4, max_turns: 1, sampling: {max_tokens: 6, temperature: 1.0}}\n"
+        "data: {train: rows.jsonl, default_env: plugin}\nrollout: {n: 4, max_turns: 1, sampling: {max_tokens: 6, temperature: 1.0}}\n"
         "trainer: {steps: 1000, prompts_per_step: 2, lr: 0.01, checkpoint_every: 1000, samples_per_step: 1}\nengine: {device: cpu}\n"
     )
     return tmp_path / "run.yaml"
@@ -199,6 +199,8 @@ def test_sigint_in_rlf_train_saves_the_last_step_and_resume_matches_an_uninterru
     proc = _start(["train", str(config), "--run-dir", str(run)], tmp_path)
     metrics = run / "metrics.jsonl"
     _wait_for(lambda: metrics.exists() and len(metrics.read_text().splitlines()) >= 2, 240, "two training steps", proc)
+    children = _children(proc.pid)
+    assert children  # the bundled MCP calculator server at least
     proc.send_signal(signal.SIGINT)
     try:
         out, err = proc.communicate(timeout=60)
@@ -211,6 +213,10 @@ def test_sigint_in_rlf_train_saves_the_last_step_and_resume_matches_an_uninterru
     checkpoint = run / "checkpoints" / f"step_{done:06d}"
     assert (checkpoint / "trainer.pt").exists() and (checkpoint / "model" / "model.safetensors").exists()
     assert f"step {done} saved in {checkpoint}" in err and f"--resume (it starts at step {done + 1})" in err, err
+    deadline = time.monotonic() + 10
+    while any(_alive(p) for p in children) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [p for p in children if _alive(p)], "a child process (the MCP server) outlived rlf train"
 
     resumed = run_rlf("train", str(config), f"trainer.steps={done + 1}", "--run-dir", str(run), "--resume", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
