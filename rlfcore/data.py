@@ -8,11 +8,16 @@ verl's layout is accepted as it is: ``prompt`` (messages), ``data_source`` (the 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from rlfcore.surrogates import first_lone
 from rlfcore.types import Message
+
+_ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
+"""A ``\\uD800``-``\\uDFFF`` escape: half of a pair, or a lone surrogate."""
 
 
 class DataError(ValueError):
@@ -74,24 +79,39 @@ def read_rows(path: str | Path, limit: int | None = None) -> list[Row]:
     else:
         raws = _jsonl(path)
     rows: list[Row] = []
+    if limit is not None and limit < 1:
+        return rows
     seen: set[str] = set()
     for i, (where, raw) in enumerate(raws):
-        if limit is not None and len(rows) >= limit:
-            break
         row = normalize_row(raw, i, where)
         if row.id in seen:
             raise DataError(f"{where}: duplicate id {row.id!r}")
         seen.add(row.id)
         rows.append(row)
+        if limit is not None and len(rows) >= limit:
+            break  # before the next line is read: `--limit` does not fail on a bad line past it
     return rows
 
 
 def _jsonl(path: Path) -> Iterable[tuple[str, Any]]:
-    with path.open() as f:
-        for n, line in enumerate(f, 1):
+    with path.open("rb") as f:
+        for n, raw in enumerate(f, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                byte = raw[exc.start]
+                raise DataError(f"{path}:{n}: not valid UTF-8 (byte 0x{byte:02x} at column {exc.start + 1})") from None
             if not line.strip():
                 continue
             try:
-                yield f"{path}:{n}", json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataError(f"{path}:{n}: not valid JSON: {exc.msg} (column {exc.colno})") from None
+                value = json.loads(line)
+            except (json.JSONDecodeError, RecursionError) as exc:
+                why = f"{exc.msg} (column {exc.colno})" if isinstance(exc, json.JSONDecodeError) else "nested too deep"
+                raise DataError(f"{path}:{n}: not valid JSON: {why}") from None
+            if _ESCAPED_SURROGATE.search(line) and (at := first_lone(json.dumps(value, ensure_ascii=False))) is not None:
+                code = ord(json.dumps(value, ensure_ascii=False)[at])
+                raise DataError(
+                    f"{path}:{n}: holds a lone surrogate (U+{code:04X}): a \\u escape that is not a character; "
+                    "no tokenizer or results file can take it"
+                )
+            yield f"{path}:{n}", value

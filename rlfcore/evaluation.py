@@ -7,7 +7,6 @@ run keeps everything it finished.
 from __future__ import annotations
 
 import asyncio
-import json
 import statistics
 import time
 from collections import Counter
@@ -24,6 +23,7 @@ from rlfcore.failures import error_causes
 from rlfcore.loop import Rollout, Trajectory
 from rlfcore.rewards import RewardPipeline
 from rlfcore.runtime import Runtime
+from rlfcore.surrogates import json_line
 
 
 def summarize(trajectories: list[Trajectory], seconds: float) -> dict[str, Any]:
@@ -77,7 +77,7 @@ async def evaluate(
         await rewards.score_group(group)
         if out is not None:
             for t in group:
-                out.write(json.dumps(t.record(), ensure_ascii=False) + "\n")
+                out.write(json_line(t.record()))
             out.flush()
         if on_group is not None:
             on_group(group)

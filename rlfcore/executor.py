@@ -33,6 +33,7 @@ from typing import Any, Callable, Coroutine, Mapping
 import jsonschema
 
 from rlfcore.config import ToolsConfig
+from rlfcore.surrogates import replaced
 from rlfcore.types import Tool, ToolCall, ToolErrorKind, ToolResult, TransientToolError
 
 log = logging.getLogger(__name__)
@@ -151,7 +152,7 @@ class ToolExecutor:
         result = ToolResult(
             call_id=call.id,
             name=call.name,
-            content=outcome.content if outcome.cut else self._cut(outcome.content),
+            content=replaced(outcome.content if outcome.cut else self._cut(outcome.content)),
             error=outcome.error,
             latency_s=time.perf_counter() - start,
             traceback=outcome.traceback,

@@ -82,6 +82,15 @@ class PluginInfo:
         }
 
 
+def _check_not_core(name: str, what: str, fix: str) -> None:
+    """A plugin's settings are the config section of its name: one named like a core section would
+    take that section (``engine:``) over."""
+    from rlfcore.config import RunConfig
+
+    if name in RunConfig.model_fields:
+        raise PluginError(f"{what} is named '{name}', like the core section `{name}:` of the config; {fix}", plugin=name)
+
+
 def _suggest(name: str, candidates: list[str] | tuple[str, ...]) -> str:
     close = difflib.get_close_matches(name, list(candidates), n=1)
     return f" (did you mean '{close[0]}'?)" if close else ""
@@ -145,6 +154,7 @@ class PluginManager:
                 f"local plugin {spec!r} is named '{name}', which is already taken by {self.infos[name].target}",
                 plugin=name,
             )
+        _check_not_core(name, f"local plugin {spec!r}", "rename the file" if spec.endswith(".py") else "name it with module:attr")
         self._add(PluginInfo(name=name, source="local", target=target, enabled=True))
         return name
 
@@ -152,6 +162,7 @@ class PluginManager:
         """Register an in-memory plugin object as a local plugin (tests, notebooks); a config enables it."""
         if name in self.infos:
             raise PluginError(f"a plugin named '{name}' is already known ({self.infos[name].target})", plugin=name)
+        _check_not_core(name, "a plugin", "choose another name")
         self._check_hook_names(name, obj)
         self.pm.register(obj, name=name)
         info = PluginInfo(name=name, source="local", target=f"<object {type(obj).__name__}>", loaded=True)

@@ -13,6 +13,7 @@ from rlfcore.loop import Trajectory
 from rlfcore.plugins import PluginManager
 from rlfcore.rewards import RewardPipeline
 from rlfcore.runtime import Runtime
+from rlfcore.surrogates import json_line
 
 _FIELDS = {f.name for f in fields(Trajectory)}
 
@@ -20,7 +21,7 @@ _FIELDS = {f.name for f in fields(Trajectory)}
 def read_trajectories(path: Path) -> list[Trajectory]:
     """The JSON lines ``rlf eval`` and training samples write, back into trajectories."""
     out = []
-    with path.open() as f:
+    with path.open(encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
             if not line.strip():
                 continue
@@ -43,9 +44,9 @@ async def rescore_file(config: RunConfig, manager: PluginManager, src: Path, dst
             t.env = runtime.env_of({"id": t.row_id})
     async with runtime:
         await RewardPipeline(runtime).score(trajectories)
-    with dst.open("w") as f:
+    with dst.open("w", encoding="utf-8") as f:
         for t in trajectories:
-            f.write(json.dumps(t.record(), ensure_ascii=False) + "\n")
+            f.write(json_line(t.record()))
     after = [t.reward for t in trajectories]
     return {
         "trajectories": len(trajectories),

@@ -7,6 +7,7 @@ all reach plugins through it, so routing (which plugins a sample's hooks run on)
 from __future__ import annotations
 
 from functools import cached_property
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 import logging
@@ -162,12 +163,42 @@ class Runtime:
         """The model's tokenizer and chat template (``model.tokenizer`` or ``model.path``)."""
         from rlfcore.chat import load_tokenizer
 
-        key = "model.tokenizer" if self.config.model.tokenizer else "model.path"
-        value = self.config.model.tokenizer or self.config.model.path
-        if not value:
-            raise ValueError("the config names no model: set model.path (or model.tokenizer)")
-        path = self.config.path(value)
-        if not path.is_dir():
-            hint = "; model.init describes one: build it with `rlf init-model CONFIG` (or `rlf train`)" if self.config.model.init else ""
-            raise FileNotFoundError(f"{key}: no folder {path} ({value!r}, read relative to the config's folder){hint}")
-        return load_tokenizer(str(path), self.config.model.chat_template_kwargs)
+        return load_tokenizer(model_source(self.config), self.config.model.chat_template_kwargs)
+
+
+def model_source(config: RunConfig) -> str:
+    """The folder (or cached hub id) the tokenizer loads from: ``model.tokenizer`` or ``model.path``.
+
+    Called before a run starts anything (MCP servers, workers), so a missing model is a config error
+    naming the setting, not a chain of hub errors at the first rollout.
+    """
+    from rlfcore.config import ConfigError, ConfigIssue
+
+    key = "model.tokenizer" if config.model.tokenizer else "model.path"
+    source = config.model.tokenizer or config.model.path
+    label = str(config.source) if config.source else "config"
+    if not source:
+        message = "not set: name the folder of a Hugging Face model (weights, tokenizer, chat template)"
+        raise ConfigError([ConfigIssue(path="model.path", message=message)], source=label)
+    path = config.path(source)
+    if path.is_dir():
+        return str(path)
+    if _in_hub_cache(source):
+        return source
+    hint = "; model.init describes one: build it with `rlf init-model CONFIG` (or `rlf train`)" if config.model.init else ""
+    message = (
+        f"no folder {path} ({source!r}, read relative to the config's folder), "
+        f"nor a model in the local Hugging Face cache; rlf does not download{hint}"
+    )
+    raise ConfigError([ConfigIssue(path=key, message=message)], source=label)
+
+
+def _in_hub_cache(name: str) -> bool:
+    """Whether ``name`` is a hub id (``org/model``) whose files are in the local cache."""
+    if name.startswith((".", "/", "~")) or name.count("/") != 1:
+        return False
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return False
+    return isinstance(try_to_load_from_cache(name, "tokenizer_config.json"), str)

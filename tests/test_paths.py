@@ -27,7 +27,7 @@ def test_eval_reads_model_and_data_relative_to_the_config(tmp_path):
     assert out.returncode == 0, out.stdout + out.stderr
     assert json.loads((tmp_path / "out.jsonl").read_text())["row_id"] == "q"
     gone = run_rlf("eval", "project/run.yaml", "model.path=nowhere", cwd=tmp_path)
-    assert gone.returncode == 1
+    assert gone.returncode == 2
     assert f"model.path: no folder {tmp_path / 'project' / 'nowhere'} ('nowhere', read relative to the config's folder)" in gone.stderr
     assert "huggingface" not in gone.stderr.lower()
 

@@ -12,6 +12,7 @@ from rlfcore.cli.config import config
 from rlfcore.cli.eval import eval_command
 from rlfcore.cli.plugins import plugins
 from rlfcore.cli.train import init_model, rescore, sft, train
+from rlfcore.signals import handled, interruption
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -45,13 +46,17 @@ def main(argv: list[str] | None = None) -> None:
 
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
     try:
-        code = cli.main(args=argv, prog_name="rlf", standalone_mode=False)
+        with handled():  # SIGTERM too unwinds the command, so its servers and workers are stopped
+            code = cli.main(args=argv, prog_name="rlf", standalone_mode=False)
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
-    except click.Abort:
-        click.echo("Aborted.", err=True)
-        sys.exit(130)
+    except (click.Abort, KeyboardInterrupt) as exc:
+        stop = interruption(exc)
+        if stop is not None and stop.note:
+            click.echo(stop.note, err=True)
+        click.echo(f"Aborted ({stop.args[0]})." if stop is not None else "Aborted.", err=True)
+        sys.exit(stop.exit_code if stop is not None else 130)
     except ConfigError as exc:
         click.secho(exc.render(), fg="red", err=True)
         sys.exit(2)

@@ -31,10 +31,11 @@ def eval_command(
     from rlfcore.data import read_rows
     from rlfcore.evaluation import default_out, evaluate
     from rlfcore.failures import RunFailed, check_not_all_failed, error_summary
-    from rlfcore.runtime import Runtime
+    from rlfcore.runtime import Runtime, model_source
 
     wanted = (GREEDY if greedy else []) + list(overrides) + ([f"engine.name={engine}"] if engine else [])
     config, manager = load_config(config_path, wanted)
+    model_source(config)  # a missing model fails here, before any MCP server starts
     data = config.data.eval or config.data.train
     if not data:
         raise click.UsageError("the config names no dataset: set data.eval (or data.train)")

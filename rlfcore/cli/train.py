@@ -73,6 +73,8 @@ See docs/verl.md."""
 @click.argument("overrides", nargs=-1, metavar="[dotted.key=value]... [-- verl.key=value...]")
 @click.option("--run-dir", type=click.Path(file_okay=False), help="Where the run is written (default: runs/<config>-<time>).")
 @click.option("--resume", is_flag=True, help="Continue the run in --run-dir from its last checkpoint.")
+@click.option("--resume-from", type=click.Path(file_okay=False, exists=True),
+              help="Continue the run in --run-dir from this checkpoint (RUN/checkpoints/step_N), not the last one.")
 @click.option("--backend", type=click.Choice(["local", "verl"]), default="local", show_default=True,
               help="local: one process, CPU or one GPU. verl: Ray, FSDP, vLLM/SGLang rollout, many GPUs.")
 @click.option("--dry-run", is_flag=True, help="verl: convert the data, build and validate verl's config, print it; launch nothing.")
@@ -83,12 +85,15 @@ See docs/verl.md."""
 @click.option("--tp", "tensor_parallel", type=int, default=1, show_default=True, help="verl: tensor-parallel GPUs per rollout server.")
 @click.pass_context
 def train(
-    ctx: click.Context, config_path: str, overrides: tuple[str, ...], run_dir: str | None, resume: bool, backend: str,
+    ctx: click.Context, config_path: str, overrides: tuple[str, ...], run_dir: str | None, resume: bool, resume_from: str | None, backend: str,
     dry_run: bool, gpus_per_node: int, nodes: int, ray_address: str | None, rollout: str, tensor_parallel: int,
 ) -> None:
     """Train with GRPO (after an SFT warm start when sft.data is set), writing metrics, samples,
     checkpoints, a reward curve and a summary to the run folder; or on a cluster with verl."""
     raw = ctx.meta.get("raw_overrides", [])
+    if resume_from and backend == "verl":
+        raise click.UsageError("--resume-from is for the local backend; verl resumes from its latest checkpoint (--resume)")
+    resume = resume or bool(resume_from)
     if backend == "verl":
         from rlfcore.backends.verl.hydra import Cluster
         from rlfcore.backends.verl.launch import main as verl_main
@@ -111,7 +116,7 @@ def train(
     bar = _Bar(config)
     click.echo(f"Run folder: {path}")
     with bar.progress:
-        summary = run_train(config, manager, path, resume=resume, progress=bar)
+        summary = run_train(config, manager, path, resume=resume, progress=bar, resume_from=Path(resume_from) if resume_from else None)
     _summary(summary, path)
 
 

@@ -13,6 +13,7 @@ import asyncio
 import copy
 import math
 import random
+import signal
 import statistics
 import time
 from collections import Counter
@@ -30,7 +31,9 @@ from rlfcore.loop import Rollout, Trajectory
 from rlfcore.rewards import RewardPipeline, turn_returns
 from rlfcore.runtime import Runtime
 from rlfcore.trainer import grpo
-from rlfcore.trainer.rundir import RunDir, set_rng_state
+from rlfcore.trainer.checkpoint import load_error
+from rlfcore.signals import Interrupted, deferred
+from rlfcore.trainer.rundir import RunDir, rng_state, set_rng_state
 
 
 def schedule(kind: str, warmup: int, total: int) -> Callable[[int], float]:
@@ -102,8 +105,11 @@ class LocalTrainer:
 
     # --- checkpoints -----------------------------------------------------------------------------
 
-    def save(self) -> None:
+    def save(self, rng: dict[str, Any] | None = None) -> None:
+        """A checkpoint of the current step; ``rng``: the generators' state as that step left them."""
         state = {"step": self.step, "optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+        if rng is not None:
+            state["rng"] = rng
         if self.reference is not None:
             state["reference"] = self.reference.state_dict()
         self.run_dir.save_checkpoint(f"step_{self.step:06d}", self.model, self.hf_tokenizer, state)
@@ -112,11 +118,18 @@ class LocalTrainer:
         """Weights, optimizer, schedule, RNG and step from a checkpoint; metrics past it are dropped."""
         from safetensors.torch import load_file
 
-        weights = load_file(str(checkpoint / "model" / "model.safetensors"), device=str(self.device))
+        weights_file, state_file = checkpoint / "model" / "model.safetensors", checkpoint / "trainer.pt"
+        try:
+            weights = load_file(str(weights_file), device=str(self.device))
+        except Exception as exc:
+            raise load_error(checkpoint, weights_file, exc, self.run_dir.step_checkpoints()) from exc
+        try:
+            state = torch.load(state_file, map_location=self.device, weights_only=False)
+        except Exception as exc:
+            raise load_error(checkpoint, state_file, exc, self.run_dir.step_checkpoints()) from exc
         self.model.load_state_dict(weights, strict=False)
         if getattr(self.model.config, "tie_word_embeddings", False):
             self.model.tie_weights()
-        state = torch.load(checkpoint / "trainer.pt", map_location=self.device, weights_only=False)
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         if self.reference is not None and "reference" in state:
@@ -128,24 +141,64 @@ class LocalTrainer:
     # --- training --------------------------------------------------------------------------------
 
     def run(self, on_step: Callable[[dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+        """Train to ``trainer.steps``. Interrupted (Ctrl-C, SIGTERM), the step in progress is dropped and
+        the last finished one is saved, unless a checkpoint holds it already; :class:`Interrupted`
+        then says where ``--resume`` starts."""
         history = []
-        while self.step < self.cfg.steps:
-            metrics = self.train_step()
-            self.run_dir.log(metrics)
-            history.append(metrics)
-            if on_step is not None:
-                on_step(metrics)
-            if self.step % self.cfg.checkpoint_every == 0 or self.step == self.cfg.steps:
-                self.save()
+        saved, rng_after, applying = self.step, rng_state(), False
+        try:
+            while self.step < self.cfg.steps:
+                t0 = time.perf_counter()
+                collected = self._collect_step()
+                applying = True
+                with deferred():  # the update, the step count and the logs change together or not at all
+                    metrics = self._apply_step(*collected, t0)
+                    self.run_dir.log(metrics)
+                    history.append(metrics)
+                    if on_step is not None:
+                        on_step(metrics)
+                    if self.step % self.cfg.checkpoint_every == 0 or self.step == self.cfg.steps:
+                        self.save()
+                        saved = self.step
+                    rng_after, applying = rng_state(), False  # a held signal is raised after this line
+        except KeyboardInterrupt as exc:
+            raise self._interrupted(exc, saved, rng_after, applying) from exc
         return history
+
+    def _interrupted(self, exc: KeyboardInterrupt, saved: int, rng_after: dict[str, Any], applying: bool) -> Interrupted:
+        signum = getattr(exc, "signum", signal.SIGINT)
+        if applying:  # only without rlfcore.signals.handled(), which holds a signal until the step is applied
+            last = self.run_dir.last_checkpoint()
+            where = f"the last checkpoint is {last}" if last is not None else "there is no checkpoint"
+            return Interrupted(signum, f"Interrupted while applying a step: nothing saved (the weights may hold part of it); {where}.")
+        if self.step > saved:
+            with deferred():
+                self.save(rng_after)
+        last = self.run_dir.checkpoints / f"step_{self.step:06d}"
+        if self.step == 0:
+            note = "Interrupted before the first step finished; nothing to resume from."
+        elif self.step > saved:
+            note = f"Interrupted during step {self.step + 1}: step {self.step} saved in {last}."
+        else:
+            note = f"Interrupted during step {self.step + 1}: step {self.step} was saved already, in {last}."
+        if self.step:
+            config = self.config.source or "CONFIG"
+            note += f" Resume with: rlf train {config} --run-dir {self.run_dir.path} --resume (it starts at step {self.step + 1})."
+        return Interrupted(signum, note)
 
     def train_step(self) -> dict[str, Any]:
         t0 = time.perf_counter()
+        return self._apply_step(*self._collect_step(), t0)
+
+    def _collect_step(self) -> tuple[list[Trajectory], float, float]:
         rows = [self.rows[i] for i in row_order(len(self.rows), self.config.seed, self.step, self.cfg.prompts_per_step)]
         self.rollout.seed = self.config.seed * 1_000_003 + self.step
         trajectories, rollout_s, score_s = asyncio.run(self._collect(rows))
         check_not_all_failed(trajectories, f"step {self.step + 1}")
         self.advisor(trajectory_warnings(trajectories, self.config, groups=True), f"step {self.step + 1}")
+        return trajectories, rollout_s, score_s
+
+    def _apply_step(self, trajectories: list[Trajectory], rollout_s: float, score_s: float, t0: float) -> dict[str, Any]:
         t1 = time.perf_counter()
         train = self._update(trajectories)
         self.step += 1

@@ -36,8 +36,27 @@ def base_dir(config: RunConfig) -> Path:
     return config.base_dir
 
 
-def train(config: RunConfig, manager: PluginManager, run_path: Path, resume: bool = False, progress: Progress | None = None) -> dict[str, Any]:
-    """SFT warm start (when ``sft.data`` is set), then GRPO; returns the run's summary."""
+def check_model(config: RunConfig, base: Path) -> None:
+    """A config error naming ``model.path`` unless it holds a model or ``model.init`` builds one;
+    checked before the runtime starts plugins' servers."""
+    from rlfcore.config import ConfigError, ConfigIssue
+
+    path = resolve(config.model.path, base)
+    if path is None:
+        problem = "not set: name the folder of a Hugging Face model (and set model.init to build a tiny one there)"
+    elif not (path / "config.json").exists() and config.model.init is None:
+        problem = f"{path} has no model, and model.init is not set to build one"
+    else:
+        return
+    raise ConfigError([ConfigIssue(path="model.path", message=problem)], source=str(config.source or "config"))
+
+
+def train(
+    config: RunConfig, manager: PluginManager, run_path: Path, resume: bool = False, progress: Progress | None = None,
+    resume_from: Path | None = None,
+) -> dict[str, Any]:
+    """SFT warm start (when ``sft.data`` is set), then GRPO; returns the run's summary. ``resume``
+    continues from the last checkpoint, ``resume_from`` from the one named (an earlier, intact one)."""
     import torch
 
     from rlfcore.trainer.local import LocalTrainer
@@ -49,6 +68,10 @@ def train(config: RunConfig, manager: PluginManager, run_path: Path, resume: boo
     if not config.data.train:
         raise ValueError("the config names no training data: set data.train")
     rows = read_rows(resolve(config.data.train, base))
+    check_model(config, base)
+    if resume_from is not None and not (resume_from / "trainer.pt").is_file():
+        raise RunDirError(f"--resume-from {resume_from}: not a checkpoint (it has no trainer.pt); they are in RUN/checkpoints/step_N")
+    resume = resume or resume_from is not None
     run_dir = open_run_dir(run_path, resume)
     run_dir.save_config(config)
     Advisor()(config_warnings(config, training=True))
@@ -58,7 +81,7 @@ def train(config: RunConfig, manager: PluginManager, run_path: Path, resume: boo
         run_dir.open_trackers(config)
         model_path = ensure_model(config, base, tool_schemas(runtime))
 
-        grpo_ckpt = run_dir.last_checkpoint("step_") if resume else None
+        grpo_ckpt = resume_from or (run_dir.last_checkpoint("step_") if resume else None)
         sft_ckpt = run_dir.checkpoints / "sft"
         sft_s = 0.0
         if grpo_ckpt is None and config.sft.data and config.sft.steps:
@@ -99,6 +122,7 @@ def sft_only(config: RunConfig, manager: PluginManager, run_path: Path, progress
     base = base_dir(config)
     if not config.sft.data:
         raise ValueError("the config names no SFT data: set sft.data (JSONL of conversations)")
+    check_model(config, base)
     run_dir = open_run_dir(run_path, resume=False)
     run_dir.save_config(config)
     runtime = asyncio.run(Runtime.create(config, manager))

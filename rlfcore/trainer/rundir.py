@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from rlfcore.config import RunConfig
+from rlfcore.surrogates import json_line
 from rlfcore.trackers import Trackers
 
 
@@ -50,9 +51,9 @@ class RunDir:
     def samples(self, step: int, records: list[dict[str, Any]]) -> None:
         folder = self.path / "samples"
         folder.mkdir(exist_ok=True)
-        with (folder / f"step_{step:06d}.jsonl").open("w") as f:
+        with (folder / f"step_{step:06d}.jsonl").open("w", encoding="utf-8") as f:
             for r in records:
-                f.write(json.dumps(r, ensure_ascii=False) + "\n")
+                f.write(json_line(r))
 
     # --- checkpoints -----------------------------------------------------------------------------
 
@@ -64,7 +65,7 @@ class RunDir:
         model.save_pretrained(tmp / "model")
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp / "model")
-        state = {**state, "rng": rng_state()}
+        state = {"rng": rng_state(), **state}  # a caller may pass the state a finished step left
         torch.save(state, tmp / "trainer.pt")
         if final.exists():
             import shutil
@@ -74,8 +75,12 @@ class RunDir:
         return final
 
     def last_checkpoint(self, prefix: str = "step_") -> Path | None:
-        found = sorted(p for p in self.checkpoints.glob(f"{prefix}*") if (p / "trainer.pt").exists())
+        found = self.step_checkpoints(prefix)
         return found[-1] if found else None
+
+    def step_checkpoints(self, prefix: str = "step_") -> list[Path]:
+        """The saved checkpoints, oldest first."""
+        return sorted(p for p in self.checkpoints.glob(f"{prefix}*") if (p / "trainer.pt").exists())
 
     def save_config(self, config: RunConfig) -> None:
         config.save(self.path / "config.yaml")

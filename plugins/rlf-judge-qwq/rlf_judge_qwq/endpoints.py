@@ -161,8 +161,9 @@ class ChatEndpoints:
             client.in_flight += 1
             start = time.perf_counter()
             try:
-                response = await client.http.post("/chat/completions", json=body)
-            except httpx.TimeoutException as exc:
+                # httpx's timeouts bound each read; wait_for bounds the request, a trickling answer included
+                response = await asyncio.wait_for(client.http.post("/chat/completions", json=body), self.settings.timeout_s)
+            except (httpx.TimeoutException, asyncio.TimeoutError) as exc:
                 self._fail(endpoint, start, "timeout")
                 message = f"{endpoint.url}: no answer within {self.settings.timeout_s:g} s ({type(exc).__name__})"
                 raise JudgeRequestError(message, "timeout") from None

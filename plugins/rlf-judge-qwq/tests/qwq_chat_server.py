@@ -34,6 +34,8 @@ class Reply:
     finish_reason: str = "stop"
     reasoning: str | None = None
     raw: str | None = None
+    trickle_s: float = 0.0
+    """Seconds between the bytes of the body: an endpoint that is alive but all but stalled."""
 
 
 Answer = Union[Reply, str]
@@ -145,19 +147,24 @@ def _handler(server: ChatServer) -> type[BaseHTTPRequestHandler]:
                 time.sleep(server.delay_s + reply.delay_s)
                 if reply.status != 200:
                     return self._send(reply.status, json.dumps({"error": f"scripted HTTP {reply.status}"}))
-                self._send(200, reply.raw if reply.raw is not None else json.dumps(completion(body, reply)))
+                self._send(200, reply.raw if reply.raw is not None else json.dumps(completion(body, reply)), reply.trickle_s)
             finally:
                 with server._lock:
                     server.in_flight -= 1
 
-        def _send(self, status: int, text: str) -> None:
+        def _send(self, status: int, text: str, trickle_s: float = 0.0) -> None:
             data = text.encode()
             try:
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
-                self.wfile.write(data)
+                if not trickle_s:
+                    self.wfile.write(data)
+                for i in range(len(data) if trickle_s else 0):
+                    self.wfile.write(data[i : i + 1])
+                    self.wfile.flush()
+                    time.sleep(trickle_s)
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the client gave up (a timeout test)
 

@@ -150,6 +150,24 @@ async def test_timeouts_are_retried_then_recorded():
     assert judge.metrics.errors["timeout"] == 2 and elapsed < 1.8
 
 
+async def test_timeout_s_bounds_the_whole_request_when_an_endpoint_trickles_bytes():
+    """Each byte comes well within timeout_s, so a per-read timeout would never fire."""
+    with ChatServer(lambda body: Reply(trickle_s=0.05)) as slow, ChatServer(honest) as fast:
+        judge = judge_on([slow.base_url], timeout_s=0.5, retries=0)
+        start = time.monotonic()
+        [score] = await judge.judge_group(samples("42"))
+        elapsed = time.monotonic() - start
+        assert score.value == 0.0 and "no answer within 0.5 s" in score.error and elapsed < 2.0
+        assert judge.metrics.errors == {"timeout": 1}
+
+        judge = judge_on([slow.base_url, fast.base_url], timeout_s=0.5, retries=1, balance="round_robin", cache_size=0)
+        start = time.monotonic()
+        scores = await judge.judge_group(samples("42", "41"))
+        elapsed = time.monotonic() - start
+    assert [s.value for s in scores] == [1.0, 0.0] and all(s.error is None for s in scores)
+    assert judge.metrics.errors["timeout"] >= 1 and elapsed < 3.0
+
+
 async def test_server_errors_are_retried_with_backoff_and_client_errors_are_not():
     with ChatServer() as server:
         server.script = [Reply(status=500), Reply(status=503)]

@@ -18,6 +18,7 @@ from rlf_mcp.connection import Policy, ServerConnection
 from rlf_mcp.pool import Pool, get_pool
 from rlf_mcp.settings import McpConfigError, McpSettings, ServerEntry
 from rlfcore import Tool
+from rlfcore.surrogates import first_lone
 
 
 class McpToolError(Exception):
@@ -77,6 +78,9 @@ def make_tools(
 
 def _caller(pool: Pool, connection: ServerConnection, tool: str) -> Callable[..., Coroutine[Any, Any, str]]:
     async def call_mcp_tool(**arguments: Any) -> str:
+        problem = _unsendable(arguments)
+        if problem is not None:
+            raise McpToolError(f"{problem}; the call was not sent to MCP server {connection.name!r}")
         result = await pool.run(connection.call(tool, arguments))
         text = render(result)
         if result.is_error:
@@ -84,6 +88,18 @@ def _caller(pool: Pool, connection: ServerConnection, tool: str) -> Callable[...
         return text
 
     return call_mcp_tool
+
+
+def _unsendable(arguments: dict[str, Any]) -> str | None:
+    """Why ``arguments`` cannot be encoded for the server, or ``None``. A lone surrogate sent would fail
+    the session's writer and so every call in flight on it, not only this one (the core's parsers
+    refuse them; a backend's parser or a plugin calling a tool directly may not)."""
+    for key, value in arguments.items():
+        text = json.dumps({key: value}, ensure_ascii=False, default=str)
+        at = first_lone(text)
+        if at is not None:
+            return f"argument {key!r} holds a lone surrogate (U+{ord(text[at]):04X}), which is not valid Unicode"
+    return None
 
 
 def render(result: types.CallToolResult) -> str:

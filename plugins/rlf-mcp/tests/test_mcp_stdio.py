@@ -68,6 +68,20 @@ def test_64_concurrent_calls_share_one_session_and_one_process(tools):
     assert pid_of(tools) == pid and children("mcp_probe_server") == [pid]
 
 
+def test_a_lone_surrogate_in_the_arguments_fails_only_its_own_call(tools):
+    """It cannot be encoded for the server: sent, it ended the session and every call in flight on it."""
+    pid, starts = pid_of(tools), connection("probe").starts
+
+    async def together():
+        executor = ToolExecutor(ToolsConfig(timeout_s=15))
+        return await executor.run([ToolCall("pause", {"seconds": 0.5}), ToolCall("echo", {"text": "a\ud800b"})], tools)
+
+    paused, refused = asyncio.run(together())
+    assert paused.ok and paused.content == "done"
+    assert refused.error == "exception" and "lone surrogate (U+D800)" in refused.content and "'text'" in refused.content
+    assert connection("probe").starts == starts and pid_of(tools) == pid
+
+
 def test_a_timed_out_call_on_a_healthy_server_does_not_restart_it(tools):
     starts = connection("probe").starts
     slow = call(tools, "pause", timeout_s=0.3, seconds=5)

@@ -10,7 +10,12 @@ the statements it covers:
 - extension loading stays off, and no database can be attached (``SQLITE_LIMIT_ATTACHED`` = 0);
 - only statements that start with a query keyword are sent to SQLite at all, one at a time;
 - a progress handler stops any statement past its time limit, and strings and blobs are capped at
-  ``SQLITE_LIMIT_LENGTH`` so a single value cannot exhaust memory.
+  ``SQLITE_LIMIT_LENGTH`` so a single value cannot exhaust memory;
+- a result is bounded in bytes as it is fetched (``max_bytes``: a row of many capped values, or many
+  rows, fail the query), and no value may be larger than that bound either;
+- ``printf()``/``format()`` refuse a width or precision above the value cap before they run: SQLite
+  checks the time limit between instructions, and ``printf('%.*c', 1e9, 'x')`` is one instruction of
+  30 s that neither the progress handler nor ``sqlite3_interrupt()`` can stop.
 
 Every refusal and failure is raised as a :class:`QueryError` whose message says what happened in
 words the model can act on.
@@ -18,6 +23,7 @@ words the model can act on.
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import time
 import urllib.parse
@@ -34,9 +40,12 @@ INSPECTION_PRAGMAS = frozenset(
 
 DENIED_FUNCTIONS = frozenset({"load_extension", "fts3_tokenizer"})
 MAX_VALUE_BYTES = 16 * 1024 * 1024
+MAX_RESULT_BYTES = 64 * 1024 * 1024
+"""Bytes of one query's fetched rows (strings and blobs by length, other values 8), unless told otherwise."""
 PROGRESS_EVERY = 100000
 """SQLite virtual-machine instructions between two checks of the time limit."""
 
+_PRINTF = re.compile("printf|format", re.IGNORECASE)
 _READ_ACTIONS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION, sqlite3.SQLITE_RECURSIVE}
 _ACTIONS = (
     "CREATE_INDEX CREATE_TABLE CREATE_TEMP_INDEX CREATE_TEMP_TABLE CREATE_TEMP_TRIGGER CREATE_TEMP_VIEW "
@@ -58,6 +67,10 @@ class QueryDenied(QueryError):
 
 class QueryTimeout(QueryError):
     """The query ran past its time limit and was stopped."""
+
+
+class QueryTooLarge(QueryError):
+    """The result holds more bytes than the query may fetch."""
 
 
 class DatabaseUnavailable(QueryError):
@@ -95,9 +108,16 @@ class Session:
         self.conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
         self._authorizer = _Authorizer()
         self.conn.set_authorizer(self._authorizer)
+        self._printf = _GuardedPrintf()
+        self._guarded = False
+        # a view or trigger of the file may call printf without the query naming it: then always guard
+        self._always_guard = bool(
+            self.conn.execute("SELECT 1 FROM sqlite_master WHERE sql LIKE '%printf%' OR sql LIKE '%format%' LIMIT 1").fetchall()
+        )
 
-    def query(self, sql: str, *, timeout_s: float, max_rows: int) -> QueryResult:
-        """Run one read-only statement, fetching at most ``max_rows`` rows, within ``timeout_s`` seconds."""
+    def query(self, sql: str, *, timeout_s: float, max_rows: int, max_bytes: int = MAX_RESULT_BYTES) -> QueryResult:
+        """Run one read-only statement, fetching at most ``max_rows`` rows and ``max_bytes`` bytes, within
+        ``timeout_s`` seconds."""
         keyword = first_keyword(sql)
         if not keyword:
             raise QueryError("the query is empty")
@@ -107,20 +127,43 @@ class Session:
                 f"send one query starting with {', '.join(QUERY_KEYWORDS)}"
             )
         self._authorizer.denied = None
+        self._printf.refused = None
+        cap = min(MAX_VALUE_BYTES, max_bytes)
+        self.conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, cap)
+        self._printf.limit = cap
+        self._guard_printf(self._always_guard or _PRINTF.search(sql) is not None)
         self.conn.set_progress_handler(_stop_after(time.monotonic() + timeout_s), PROGRESS_EVERY)
         try:
             cursor = self.conn.execute(sql)
             columns = [d[0] for d in cursor.description or []]
-            rows = cursor.fetchmany(max_rows + 1)
+            rows, used = [], 0
+            while len(rows) <= max_rows and (row := cursor.fetchone()) is not None:
+                used += sum(len(v) if isinstance(v, (str, bytes)) else 8 for v in row)
+                if used > max_bytes:
+                    raise QueryTooLarge(
+                        f"the result holds more than {max_bytes} bytes (at row {len(rows) + 1}); "
+                        "select fewer rows or columns, or shorter values"
+                    )
+                rows.append(row)
         except sqlite3.ProgrammingError as exc:  # "You can only execute one statement at a time."
             raise QueryError(f"{exc} Send a single SQL statement.") from None
         except sqlite3.Error as exc:
-            raise _explain(exc, self._authorizer.denied, timeout_s) from None
+            raise _explain(exc, self._authorizer.denied or self._printf.refused, timeout_s, cap) from None
         finally:
             self.conn.set_progress_handler(None, 0)
         if len(rows) > max_rows:
             return QueryResult(columns, rows[:max_rows], truncated=True)
         return QueryResult(columns, rows)
+
+    def _guard_printf(self, on: bool) -> None:
+        """Put the guarded ``printf``/``format`` in place of SQLite's for a query that names them (about
+        30 µs a call instead of 2), and SQLite's back for one that does not (a function is called by
+        its name as written, so a query that does not spell it cannot call it, unless a view or a
+        trigger of the file does)."""
+        if on != self._guarded:
+            for name in ("printf", "format"):
+                self.conn.create_function(name, -1, self._printf.named(name) if on else None, deterministic=True)
+            self._guarded = on
 
     def tables(self) -> list[tuple[str, str]]:
         """``(name, CREATE statement)`` of each table and view, as stored in the file."""
@@ -185,12 +228,67 @@ def _stop_after(deadline: float) -> Callable[[], int]:
     return check
 
 
-def _explain(exc: sqlite3.Error, denied: str | None, timeout_s: float) -> QueryError:
+class _GuardedPrintf:
+    """SQLite's own ``printf``, run on a private in-memory connection once its widths and precisions
+    (literal or ``*``) are checked against the value cap; ``refused`` says why a call was not run."""
+
+    SPEC = re.compile(r"%[-+ 0#,!]*(\*|\d+)?(?:\.(\*|\d+))?(?:ll|l)?(.)", re.DOTALL)
+
+    def __init__(self) -> None:
+        self.limit = MAX_VALUE_BYTES
+        self.refused: str | None = None
+        self._inner = sqlite3.connect(":memory:", check_same_thread=False)
+
+    def named(self, name: str) -> Callable[..., Any]:
+        def guarded(*args: Any) -> Any:
+            if not args:
+                return None
+            if isinstance(args[0], str):
+                biggest = self._biggest(args[0], args[1:])
+                if biggest > self.limit:
+                    self.refused = f"{name}(): a width or precision of {biggest} is above the limit of {self.limit}"
+                    raise ValueError(self.refused)
+            self._inner.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, self.limit)
+            marks = ", ".join("?" * len(args))
+            return self._inner.execute(f"SELECT printf({marks})", args).fetchone()[0]
+
+        return guarded
+
+    def _biggest(self, fmt: str, args: tuple[Any, ...]) -> int:
+        biggest, i = 0, 0
+        for match in self.SPEC.finditer(fmt):
+            width, precision, kind = match.groups()
+            if kind == "%":
+                continue
+            for part in (width, precision):
+                if part == "*":
+                    biggest = max(biggest, abs(_as_int(args[i] if i < len(args) else 0)))
+                    i += 1
+                elif part:
+                    biggest = max(biggest, int(part))
+            i += 1
+        return biggest
+
+
+def _as_int(value: Any) -> int:
+    """A ``*`` argument as SQLite reads it (a number, or a string that starts with one)."""
+    try:
+        return int(float(value))
+    except (TypeError, ValueError, OverflowError):
+        match = re.match(r"\s*[-+]?\d+", str(value))
+        return int(match.group()) if match else 0
+
+
+def _explain(exc: sqlite3.Error, denied: str | None, timeout_s: float, cap: int = MAX_VALUE_BYTES) -> QueryError:
     message = str(exc)
+    if denied is not None and denied.startswith(("printf()", "format()")):
+        return QueryTooLarge(f"{denied}; ask for shorter text")
     if denied is not None or "not authorized" in message:
         return QueryDenied(f"{denied or message}: the database is read-only and only queries may run")
     if message == "interrupted":
         return QueryTimeout(f"the query ran longer than {timeout_s:g} s and was stopped; simplify it")
+    if "too big" in message:
+        return QueryTooLarge(f"{message}: a value would be larger than {cap} bytes")
     if "readonly" in message or "read-only" in message:
         return QueryDenied(f"{message}: the database is read-only and only queries may run")
     return QueryError(message)

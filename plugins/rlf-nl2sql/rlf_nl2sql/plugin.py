@@ -26,6 +26,7 @@ from rlfcore import (
     hookimpl,
 )
 
+from rlf_nl2sql.database import DatabaseUnavailable
 from rlf_nl2sql.settings import Locator, Settings, base_dir
 from rlf_nl2sql.tools import DatabaseTool, make_tools
 from rlf_nl2sql.verify import PoolKind, Verifier, VerifyOptions
@@ -62,7 +63,10 @@ async def verify_tool(sample: Sample, ctx: ScoreContext) -> Verification | None:
     if sample.ground_truth is None:
         return None
     settings = _settings(ctx)
-    db = Locator.from_settings(settings, base_dir(ctx.config)).locate(sample.extra)
+    try:
+        db = Locator.from_settings(settings, base_dir(ctx.config)).locate(sample.extra)
+    except DatabaseUnavailable as exc:
+        return Verification(passed=False, details={"stage": "database", "format": 0.0}, error=str(exc))
     if db is None:
         return Verification(
             passed=False,

@@ -38,12 +38,18 @@ class DatabaseTool(Tool):
         never mix two databases.
         """
         assert self.action is not None and self.locator is not None
-        db = self.locator.locate(row_extra(row))
+        try:
+            db = self.locator.locate(row_extra(row))
+        except DatabaseUnavailable as exc:
+            db, refused = None, exc
+        else:
+            refused = None
+        fallback = functools.partial(_unavailable, refused) if refused is not None else _no_database
         return Tool(
             name=self.name,
             description=self.description,
             parameters=self.parameters,
-            fn=functools.partial(self.action, db) if db is not None else _no_database,
+            fn=functools.partial(self.action, db) if db is not None else fallback,
             timeout_s=self.timeout_s,
             max_concurrency=self.max_concurrency,
             plugin=f"{self.plugin}:{db}" if db is not None else self.plugin,
@@ -55,6 +61,10 @@ def _no_database(**arguments: Any) -> str:
         "this sample names no database: give each dataset row extra.db (a path relative to nl2sql.db_root) "
         "or set nl2sql.db in the run config"
     )
+
+
+def _unavailable(error: DatabaseUnavailable, **arguments: Any) -> str:
+    raise error
 
 
 def render_result(result: QueryResult, *, max_chars: int, max_cell_chars: int) -> str:
@@ -100,7 +110,7 @@ def make_tools(settings: Settings, locator: Locator) -> list[DatabaseTool]:
 
     def run_sql(db: Path, query: str) -> str:
         with Session(db) as session:
-            result = session.query(query, timeout_s=timeout_s, max_rows=max_rows)
+            result = session.query(query, timeout_s=timeout_s, max_rows=max_rows, max_bytes=settings.max_result_bytes)
         return render_result(result, max_chars=max_chars, max_cell_chars=settings.max_cell_chars)
 
     def show_schema(db: Path, table: str | None = None) -> str:

@@ -33,7 +33,7 @@ from rlfcore import Verification
 
 from rlf_nl2sql.answer import AnswerFormat, extract_sql
 from rlf_nl2sql.compare import Tolerance, results_match
-from rlf_nl2sql.database import DatabaseUnavailable, QueryError, QueryResult, Session
+from rlf_nl2sql.database import MAX_RESULT_BYTES, DatabaseUnavailable, QueryError, QueryResult, Session
 from rlf_nl2sql.sqltext import has_top_level_order_by
 
 PoolKind = Literal["process", "thread"]
@@ -51,6 +51,7 @@ CHUNKS_PER_WORKER = 4
 class VerifyOptions:
     timeout_s: float = 10.0
     max_rows: int = 100_000
+    max_bytes: int = MAX_RESULT_BYTES
     tolerance: Tolerance = field(default_factory=Tolerance)
     ignore_column_order: bool = True
     answer_format: AnswerFormat = "sql_fence"
@@ -103,7 +104,7 @@ class Verifier:
         if not golds:
             return failed("gold", "the sample has no gold SQL")
         try:
-            pred = self._session(db).query(extraction.sql, timeout_s=self.options.timeout_s, max_rows=self.options.max_rows)
+            pred = self._session(db).query(extraction.sql, timeout_s=self.options.timeout_s, max_rows=self.options.max_rows, max_bytes=self.options.max_bytes)
         except QueryError as exc:
             return failed("database" if isinstance(exc, DatabaseUnavailable) else "prediction", str(exc))
         if pred.truncated:
@@ -238,7 +239,7 @@ class Verifier:
 
     def _run_gold(self, db: str | Path, sql: str) -> _Gold:
         try:
-            result = self._session(db).query(sql, timeout_s=self.options.timeout_s, max_rows=self.options.max_rows)
+            result = self._session(db).query(sql, timeout_s=self.options.timeout_s, max_rows=self.options.max_rows, max_bytes=self.options.max_bytes)
         except QueryError as exc:
             return _Gold(error=str(exc))
         if result.truncated:

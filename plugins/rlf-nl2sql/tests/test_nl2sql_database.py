@@ -109,6 +109,46 @@ def test_huge_values_are_capped(db):
         s.query("SELECT zeroblob(100000000)", timeout_s=5, max_rows=1)
 
 
+@pytest.mark.parametrize("function", ["printf", "format"])
+def test_one_long_function_call_is_refused_before_it_runs(db, function):
+    """SQLite checks its time limit between instructions, never inside one call: printf('%.*c', 1e9,
+    'x') ran 30 s under a 0.5 s limit, and sqlite3_interrupt() does not stop it either."""
+    with Session(db) as s:
+        start = time.monotonic()
+        with pytest.raises(QueryError, match=rf"{function}\(\): a width or precision of 1000000000 is above"):
+            s.query(f"SELECT length({function}('%.*c', 1e9, 'x'))", timeout_s=0.5, max_rows=1)
+        with pytest.raises(QueryError, match="above"):
+            s.query(f"SELECT {function}('%.900000000c', 'x') FROM customers", timeout_s=0.5, max_rows=1)
+        assert time.monotonic() - start < 1.0
+        ok = s.query(f"SELECT {function}('%d-%s|%5.2f|%%|%-4s|%.*s', 3, 'a', 3.14159, 'b', 2, 'xyz')", timeout_s=1, max_rows=1)
+        assert ok.rows == [("3-a| 3.14|%|b   |xy",)]
+        for sql in (f"SELECT {function}('%c%c|%s', 'x')", f"SELECT {function}('%!.3g %q', 1.5e10, 'it''s')"):
+            assert s.query(sql, timeout_s=1, max_rows=1).rows == sqlite3.connect(":memory:").execute(sql).fetchall()
+        assert s.query("SELECT 1", timeout_s=1, max_rows=1).rows == [(1,)]  # SQLite's own printf is back...
+        with pytest.raises(QueryError, match="above"):  # ...and guarded again for the next query naming it
+            s.query(f'SELECT "{function.upper()}"(\'%.*c\', 1e9, \'x\')', timeout_s=0.5, max_rows=1)
+
+
+def test_a_view_calling_printf_is_guarded_too(db):
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE VIEW padded AS SELECT printf('%.*c', 1000000000, 'x') AS p")
+    with Session(db) as s, pytest.raises(QueryError, match="above the limit"):
+        s.query("SELECT length(p) FROM padded", timeout_s=0.5, max_rows=1)
+
+
+def test_a_result_is_bounded_in_bytes_not_only_per_value(db):
+    with Session(db) as s:
+        wide = "SELECT " + ", ".join("zeroblob(900000)" for _ in range(8))  # each value under the cap, 7.2 MB in all
+        with pytest.raises(QueryError, match="more than 1000000 bytes"):
+            s.query(wide, timeout_s=5, max_rows=1, max_bytes=1_000_000)
+        tall = "WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n WHERE x < 5000) SELECT zeroblob(1000) FROM n"
+        with pytest.raises(QueryError, match="more than 1000000 bytes"):
+            s.query(tall, timeout_s=5, max_rows=10_000, max_bytes=1_000_000)
+        with pytest.raises(QueryError, match="larger than 1000000 bytes"):
+            s.query("SELECT zeroblob(2000000)", timeout_s=5, max_rows=1, max_bytes=1_000_000)
+        assert len(s.query(tall, timeout_s=5, max_rows=10_000, max_bytes=10_000_000).rows) == 5000
+
+
 def test_a_missing_or_foreign_file_is_named_and_left_alone(tmp_path):
     missing = tmp_path / "nope.sqlite"
     with pytest.raises(DatabaseUnavailable, match="nope.sqlite"):

@@ -92,6 +92,25 @@ def test_database_paths_are_relative_to_db_root_relative_to_the_config(tmp_path)
     assert tool_messages(t) == ["COUNT(*)\n11\n(1 row)"] and t.reward == 1.0
 
 
+def test_a_database_outside_db_root_is_refused_when_confined(tmp_path):
+    (tmp_path / "data" / "dbs").mkdir(parents=True)
+    build_database(shop_sql(), tmp_path / "data" / "dbs" / "shop.sqlite")
+    outside = build_database(shop_sql(), tmp_path / "private.sqlite")
+    script = {i: [call("sql", query="SELECT COUNT(*) FROM products"), fenced("SELECT COUNT(*) FROM customers")]
+              for i in ("inside", "dotdot", "absolute")}
+    rows = [row("inside", "shop.sqlite"), row("dotdot", "../../private.sqlite"), row("absolute", str(outside))]
+    (tmp_path / "data" / "open.yaml").write_text("plugins: [nl2sql]\nnl2sql:\n  db_root: dbs\n")
+    trusted = {t.row_id: t for t in rollout(tmp_path / "data" / "open.yaml", rows, script)}
+    assert all(t.reward == 1.0 for t in trusted.values())  # by default a row may name any file
+    (tmp_path / "data" / "confined.yaml").write_text("plugins: [nl2sql]\nnl2sql:\n  db_root: dbs\n  confine_to_db_root: true\n")
+    confined = {t.row_id: t for t in rollout(tmp_path / "data" / "confined.yaml", rows, script)}
+    assert confined["inside"].reward == 1.0 and confined["inside"].tool_errors == 0
+    for name in ("dotdot", "absolute"):
+        t = confined[name]
+        assert t.tool_errors == 1 and "outside nl2sql.db_root" in tool_messages(t)[0], tool_messages(t)
+        assert t.reward == 0.0 and "outside nl2sql.db_root" in (t.reward_error or "")
+
+
 def test_a_row_without_a_database_gets_error_results_and_a_reward_error():
     [t] = rollout(CONFIG, [row("q", None)], {"q": [call("sql", query="SELECT 1"), fenced("SELECT 8")]})
     assert t.tool_errors == 1 and "names no database" in tool_messages(t)[0]
