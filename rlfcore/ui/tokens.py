@@ -93,4 +93,6 @@ def tokens(record: dict[str, Any], tokenizer: Any | None, window: int = 12) -> t
 def _pieces(ids: list[int], tokenizer: Any | None) -> list[str]:
     if tokenizer is None:
         return [f"[{i}]" for i in ids]
+    if hasattr(tokenizer, "decode_batch"):  # tokenizers: one call for the whole sequence
+        return list(tokenizer.decode_batch([[i] for i in ids], skip_special_tokens=False))
     return [tokenizer.decode([i], skip_special_tokens=False) for i in ids]
