@@ -41,7 +41,7 @@ const rlf = (() => {
       box.innerHTML = "";
       const opts = {
         title, width: Math.max(320, Math.min(560, box.clientWidth || 480)), height: 220,
-        scales: {x: {time: false}}, axes: [{label: "step"}, {}],
+        scales: {x: {time: false}}, axes: [{label: "step", incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000]}, {}],
         series: [{label: "step"}, ...series.map((s, i) => ({label: s.label, stroke: COLORS[i % COLORS.length], width: 1.5,
                                                           points: {show: xs.length < 60}}))],
       };
