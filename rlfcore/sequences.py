@@ -7,17 +7,49 @@ generation prompt) is the difference of two chat-template renderings (loss mask 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from rlfcore.chat import ChatTokenizer
+from rlfcore.chat import ChatTokenizer, template_digest
 from rlfcore.types import Message
 
-_BASE: list[Message] = [{"role": "user", "content": "?"}, {"role": "assistant", "content": "."}]
+_QUERY: Message = {"role": "user", "content": "?"}
+_BASE: list[Message] = [_QUERY, {"role": "assistant", "content": "."}]
 
 
 class TemplateError(ValueError):
     """The chat template cannot be used incrementally (it rewrites earlier turns in a way we cannot cut)."""
+
+
+def template_name(tok: ChatTokenizer) -> str:
+    """How errors name a tokenizer's template."""
+    name = getattr(tok, "template_name", None)
+    if name:
+        return str(name)
+    text = getattr(tok, "template", None)
+    return f"chat template {template_digest(text)}" if isinstance(text, str) else type(tok).__name__
+
+
+def first_difference(a: str, b: str, width: int = 40) -> str:
+    """Where two renderings part: the offset and the text of each from there."""
+    i = next((k for k, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    return f"at character {i}: {a[i : i + width]!r} versus {b[i : i + width]!r}"
+
+
+REASONING_DROPPED = "reasoning dropped"
+"""How a template-check report starts when the only difference is ``<think>`` blocks a full rendering
+leaves out: Qwen3's template drops a turn's reasoning once a new user query follows, and an empty one
+(``enable_thinking: false``) from every turn but the last. The rollout keeps what the model saw; this
+is the template's documented behaviour, not a tokenisation error."""
+
+_THINK_BLOCK = re.compile(r"<think>.*?</think>\s*", re.DOTALL)
+
+
+def differs_in_reasoning_only(ours: str, full: str) -> bool:
+    """Whether two renderings are equal once every ``<think>…</think>`` block is taken out of both
+    (and the newline a full rendering ends with, after the last end-of-turn)."""
+    return ours != full and _THINK_BLOCK.sub("", ours).rstrip() == _THINK_BLOCK.sub("", full).rstrip()
 
 
 @dataclass
@@ -44,7 +76,7 @@ class SequenceBuilder:
 
     def __init__(self, tokenizer: ChatTokenizer):
         self.tok = tokenizer
-        self._without = tokenizer.render(_BASE, None, add_generation_prompt=False)
+        self._query = tokenizer.render([_QUERY], None, add_generation_prompt=False)
 
     def prompt_ids(self, messages: list[Message], tools: list[dict[str, Any]] | None) -> list[int]:
         return self.tok.encode(self.tok.render(messages, tools, add_generation_prompt=True))
@@ -52,15 +84,31 @@ class SequenceBuilder:
     def observation_ids(self, observation: list[Message], end_token: int) -> list[int]:
         """Tokens between the end of an assistant turn and the start of the next generation.
 
-        Rendered against a fixed two-message context, so they do not depend on (or re-tokenise) the
-        history: the text after the assistant's end-of-turn token, up to the next generation prompt.
+        Rendered in a fixed context (a question and a one-character answer), so they do not depend
+        on (or re-tokenise) the history: the text after the answer's end-of-turn token, up to and
+        including the next generation prompt. The cut is found in the rendering *with* the
+        observation, so a template that renders the answer differently once more messages follow
+        (Qwen3 writes an empty ``<think>`` block into a final assistant turn only) still cuts cleanly.
         """
         end_text = self.tok.decode([end_token])
-        cut = self._without.rfind(end_text) + len(end_text) if end_text and end_text in self._without else len(self._without)
         with_obs = self.tok.render(_BASE + observation, None, add_generation_prompt=True)
-        if not with_obs.startswith(self._without[:cut]):
-            raise TemplateError("the chat template renders earlier messages differently once more messages follow")
-        return self.tok.encode(with_obs[cut:])
+        roles = ", ".join(str(m.get("role")) for m in observation)
+        if not with_obs.startswith(self._query):
+            raise TemplateError(
+                f"{template_name(self.tok)}: the question before an assistant turn renders differently once "
+                f"{roles} messages follow, {first_difference(self._query, with_obs)}"
+            )
+        # The turn ends at the token the model stopped on; one that stopped on another end-of-sequence
+        # token (``<|endoftext|>`` for ChatML) is cut where the template ends the turn.
+        texts = [end_text] + [self.tok.decode([i]) for i in self.tok.eos_token_ids]
+        for text in filter(None, texts):
+            at = with_obs.find(text, len(self._query))
+            if at >= 0:
+                return self.tok.encode(with_obs[at + len(text) :])
+        raise TemplateError(
+            f"{template_name(self.tok)}: no end-of-turn token ({', '.join(map(repr, filter(None, texts)))}) after "
+            f"the assistant turn when {roles} messages follow: {with_obs[len(self._query) :][:80]!r}"
+        )
 
     def context_ids(
         self, tokens: list[int], before: list[Message], after: list[Message], tools: list[dict[str, Any]] | None
@@ -79,16 +127,27 @@ class SequenceBuilder:
         before = self.tok.render(history, tools, add_generation_prompt=True)
         after = self.tok.render(history + [message], tools, add_generation_prompt=False)
         if not after.startswith(before):
-            raise TemplateError("the chat template rewrites earlier turns when an assistant turn is added")
+            raise TemplateError(
+                f"{template_name(self.tok)}: adding assistant message {len(history)} rewrites the turns before it, "
+                f"{first_difference(before, after)}"
+            )
         eos_texts = [self.tok.decode([i]) for i in self.tok.eos_token_ids]
         turn = after[len(before) :]
         ends = [turn.find(e) + len(e) for e in eos_texts if e and e in turn]
         if not ends:
-            raise TemplateError("the chat template does not end assistant turns with an end-of-turn token")
+            raise TemplateError(
+                f"{template_name(self.tok)}: assistant message {len(history)} renders as {turn[:80]!r}, "
+                f"which has no end-of-turn token ({', '.join(map(repr, eos_texts))})"
+            )
         return self.tok.encode(turn[: min(ends)])
 
     def conversation(self, messages: list[Message], tools: list[dict[str, Any]] | None = None) -> Sequence:
-        """A whole conversation for SFT: everything before the first assistant turn is the prompt."""
+        """A whole conversation for SFT: everything before the first assistant turn is the prompt.
+
+        Each assistant turn is tokenised as the model generates it (as the last turn of its history),
+        each run of other messages as :meth:`observation_ids` appends it in a rollout, so SFT and RL
+        see the same sequences. With Qwen3 that keeps every turn's ``<think>`` block, which a full
+        rendering drops before the last user query."""
         first = next((i for i, m in enumerate(messages) if m.get("role") == "assistant"), None)
         if first is None:
             raise ValueError("the conversation has no assistant turn to learn from")

@@ -82,7 +82,7 @@ def test_mask_covers_exactly_the_generated_tokens_over_three_turns_with_parallel
     # the messages are OpenAI chat format with the calls and results
     assert [m["role"] for m in t.messages] == ["user", "assistant", "tool", "tool", "assistant", "tool", "assistant"]
     assert t.messages[1]["content"] == "Let me add."
-    assert json.loads(t.messages[1]["tool_calls"][1]["function"]["arguments"]) == {"a": 3, "b": 4}
+    assert t.messages[1]["tool_calls"][1]["function"]["arguments"] == {"a": 3, "b": 4}
     assert t.reward == 1.0 and t.reward_components["exact"] == 1.0
 
 

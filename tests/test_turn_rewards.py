@@ -44,7 +44,7 @@ class PerTurn:
         rewards = []
         for turn in assistant[len(assistant) - sample.num_turns :]:
             if turn.get("tool_calls"):
-                args = json.loads(turn["tool_calls"][0]["function"]["arguments"])
+                args = turn["tool_calls"][0]["function"]["arguments"]
                 rewards.append(0.5 if args == {"a": 1, "b": 2} else 0.0)
             else:
                 rewards.append(1.0 if turn["content"] == "3" else 0.0)

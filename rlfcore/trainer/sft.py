@@ -56,7 +56,7 @@ def train_sft(
 ) -> list[dict[str, Any]]:
     """Cross-entropy on assistant tokens for ``sft.steps`` steps of ``sft.batch_size`` conversations."""
     cfg = runtime.config.sft
-    tok = HFChatTokenizer(hf_tokenizer)
+    tok = HFChatTokenizer(hf_tokenizer, runtime.config.model.chat_template_kwargs)
     sequences = read_conversations(data, runtime, tok)
     device = next(model.parameters()).device
     pad = hf_tokenizer.pad_token_id if hf_tokenizer.pad_token_id is not None else tok.eos_token_ids[0]
