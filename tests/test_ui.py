@@ -10,6 +10,7 @@ made-up logprobs so the heat map has something to show. Files are written line b
 from __future__ import annotations
 
 import asyncio
+import html
 import json
 import re
 import statistics
@@ -281,7 +282,8 @@ def test_sample_page_shows_turns_tool_results_and_errors(client) -> None:
     assert "slow" in one and "timeout" in one and "timed out" in one.lower()
     both = client.get("/sample?run=finished&i=0&j=1")
     assert both.status_code == 200 and both.text.count('class="sample"') == 2 and "cols-2" in both.text
-    assert "add" in both.text and "&#34;a&#34;: 2" in both.text
+    call = re.search(r"<b>add</b> <code>(.*?)</code>", both.text)  # arguments: a dict or a JSON string, as recorded
+    assert call and json.loads(html.unescape(call.group(1))) == {"a": 2, "b": 3}
     bad = client.get("/sample?run=badreward&i=0").text
     assert "scorer failed on purpose" in bad
     assert client.get("/sample?run=finished").status_code == 400
