@@ -98,6 +98,7 @@ def test_live_curve_gains_a_point_when_a_metrics_line_is_appended(page: Any, ser
     append_step(live, step, ui_world["good"])
     page.wait_for_function(f"document.querySelector('#charts .chart[data-chart=\"reward\"]').dataset.points == '{step}'",
                            timeout=10_000)
+    assert page.inner_text("#run-step") == str(step)  # the header follows the feed too
     for title in ("tool calls and errors", "stop reasons (samples per step)", "KL and logprob drift", "step time split (s)"):
         assert page.locator(f'#charts .chart[data-chart="{title}"] canvas').count() == 1, title
     (live / "train.log").write_text("step 1 reward 0.5\nstep 2 reward 0.5\n")

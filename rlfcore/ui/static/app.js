@@ -30,6 +30,13 @@ const rlf = (() => {
     return keys;
   }
 
+  function yRange(u, min, max) {
+    // A flat series (all 0, say) gets a unit-sized band around it, not uPlot's default 0..100.
+    if (min == null || max == null) return [0, 1];
+    if (min === max) return min === 0 ? [0, 1] : [min - Math.abs(min) * 0.5, max + Math.abs(max) * 0.5];
+    return uPlot.rangeNum(min, max, 0.1, true);
+  }
+
   function draw(box, title, xs, series) {
     // series: [{label, values}]; rebuilt when the set of series changes, else only its data.
     const sig = series.map(s => s.label).join("|");
@@ -41,7 +48,7 @@ const rlf = (() => {
       box.innerHTML = "";
       const opts = {
         title, width: Math.max(320, Math.min(560, box.clientWidth || 480)), height: 220,
-        scales: {x: {time: false}}, axes: [{label: "step", incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000]}, {}],
+        scales: {x: {time: false}, y: {range: yRange}}, axes: [{label: "step", incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000]}, {}],
         series: [{label: "step"}, ...series.map((s, i) => ({label: s.label, stroke: COLORS[i % COLORS.length], width: 1.5,
                                                           points: {show: xs.length < 60}}))],
       };
@@ -79,6 +86,8 @@ const rlf = (() => {
           if (body.offset < offset) { rows = []; }  // rewritten (a resumed run)
           if (body.rows.length || !offset) { rows = rows.concat(body.rows); render(root, file, rows); }
           offset = body.offset;
+          const step = document.getElementById("run-step");
+          if (step && file === "metrics.jsonl" && rows.length) step.textContent = String(rows[rows.length - 1].step);
           const st = document.getElementById("run-status");
           if (st && body.status) { st.textContent = body.status; st.className = "status " + body.status; }
         }
