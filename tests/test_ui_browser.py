@@ -69,6 +69,7 @@ def browser() -> Iterator[Any]:
 def page(browser: Any) -> Iterator[Any]:
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     p = context.new_page()
+    p.set_default_timeout(60_000)  # CI's two cores are shared: a slow page is not a broken one
     errors: list[str] = []
     p.on("pageerror", lambda exc: errors.append(str(exc)))
     yield p

@@ -191,6 +191,7 @@ class Browser:
         self._browser = self._pw.chromium.launch(executable_path=CHROMIUM, headless=True,
                                                  args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
         self.page = self._browser.new_page(viewport={"width": 1280, "height": 900})
+        self.page.set_default_timeout(60_000)
         self.errors: list[str] = []
         self.page.on("pageerror", lambda exc: self.errors.append(str(exc)))
 

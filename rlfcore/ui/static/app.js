@@ -34,7 +34,8 @@ const rlf = (() => {
     // A flat series (all 0, say) gets a unit-sized band around it, not uPlot's default 0..100.
     if (min == null || max == null) return [0, 1];
     if (min === max) return min === 0 ? [0, 1] : [min - Math.abs(min) * 0.5, max + Math.abs(max) * 0.5];
-    return uPlot.rangeNum(min, max, 0.1, true);
+    const pad = (max - min) * 0.1;
+    return [min >= 0 && min - pad < 0 ? 0 : min - pad, max + pad];
   }
 
   function draw(box, title, xs, series) {
