@@ -415,3 +415,17 @@ def test_a_100_mb_samples_file_is_paged_not_loaded(tmp_path: Path, ui_world: dic
               f"(json.loads of every line alone: {parse_s:.2f} s); then "
               + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in took.items())
               + f"; peak memory of those pages {peak / 2**20:.1f} MiB")
+
+
+def test_docs_page_shows_screenshots_that_exist_and_are_small() -> None:
+    """docs/ui.md's pictures are in docs/img (made by scripts/ui-docs-images.py), each small, none unused."""
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    shown = re.findall(r"!\[[^\]]*\]\((img/[^)]+)\)", (docs / "ui.md").read_text())
+    assert shown, "docs/ui.md shows no screenshot"
+    for rel in shown:
+        path = docs / rel
+        assert path.is_file(), f"docs/ui.md shows {rel}, which does not exist"
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", f"{rel} is not a PNG"
+        assert path.stat().st_size < 150_000, f"{rel} is {path.stat().st_size // 1000} kB: shrink it"
+    unused = sorted(p.name for p in (docs / "img").glob("ui-*.png") if f"img/{p.name}" not in shown)
+    assert not unused, f"docs/img holds screenshots docs/ui.md does not show: {', '.join(unused)}"

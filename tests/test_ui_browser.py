@@ -30,11 +30,14 @@ from test_ui import append_step, ui_world  # noqa: E402,F401  (the run folders, 
 
 
 @pytest.fixture(scope="module")
-def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def shots(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[Path]:
+    """Where the screenshots go; named on the terminal (without ``-s`` too) when the module ends."""
     folder = Path(os.environ.get("RLF_UI_SCREENSHOTS") or tmp_path_factory.mktemp("ui-screenshots"))
     folder.mkdir(parents=True, exist_ok=True)
-    print(f"\n[ui] screenshots in {folder}")
-    return folder
+    yield folder
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(f"\n[ui] browser screenshots: {', '.join(sorted(p.name for p in folder.glob('*.png')))} in {folder}")
 
 
 @pytest.fixture(scope="module")
@@ -83,6 +86,11 @@ def test_runs_list_and_compare(page: Any, server: str, shots: Path) -> None:
     page.screenshot(path=str(shots / "runs.png"), full_page=True)
     page.check('input[value="finished"]')
     page.check('input[value="timeouts"]')
+    page.evaluate("""() => { window.swaps = 0;
+        document.getElementById('runs-table').addEventListener('htmx:afterSwap', () => window.swaps++); }""")
+    page.wait_for_function("window.swaps >= 1")  # the table refreshed itself since: the ticks must survive it
+    assert page.is_checked('input[value="finished"]') and page.is_checked('input[value="timeouts"]')
+    assert not page.is_checked('input[value="live"]')
     page.click("#compare-button")
     page.wait_for_selector('#compare .chart[data-chart="reward_mean"] canvas')
     assert page.locator("#compare .u-legend").first.inner_text().count("finished") >= 1

@@ -102,7 +102,8 @@ def row_of(client: httpx.Client, run: str) -> str:
 
 @pytest.mark.slow
 def test_rlf_ui_shows_the_embedded_default_while_it_trains_and_after(example: Path, ui_server: httpx.Client,
-                                                                     tmp_path_factory: pytest.TempPathFactory) -> None:
+                                                                     tmp_path_factory: pytest.TempPathFactory,
+                                                                     request: pytest.FixtureRequest) -> None:
     shots = Path(os.environ.get("RLF_UI_SCREENSHOTS") or tmp_path_factory.mktemp("ui-screenshots"))
     shots.mkdir(parents=True, exist_ok=True)
     ui = ui_server
@@ -171,7 +172,9 @@ def test_rlf_ui_shows_the_embedded_default_while_it_trains_and_after(example: Pa
             browser.page.screenshot(path=str(shots / "calculator-trajectories.png"), full_page=True)
             browser.close()
             browser = None
-        print(f"\n[ui] screenshots in {shots}")
+            reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+            if reporter is not None:
+                reporter.write_line(f"\n[ui] screenshots of the calculator run: calculator-*.png in {shots}")
     finally:
         if browser is not None:
             browser.close()

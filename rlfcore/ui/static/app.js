@@ -117,5 +117,16 @@ const rlf = (() => {
     }
   }
 
-  return {live, compare};
+  function keepPicked(box) {
+    // The runs table refreshes itself; the runs a user ticked to compare stay ticked.
+    let picked = [];
+    box.addEventListener("htmx:beforeSwap", () => {
+      picked = [...box.querySelectorAll("input[name=run]:checked")].map(e => e.value);
+    });
+    box.addEventListener("htmx:afterSwap", () => {
+      for (const e of box.querySelectorAll("input[name=run]")) if (picked.includes(e.value)) e.checked = true;
+    });
+  }
+
+  return {live, compare, keepPicked};
 })();
