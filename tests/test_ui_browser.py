@@ -104,10 +104,15 @@ def test_live_curve_gains_a_point_when_a_metrics_line_is_appended(page: Any, ser
     page.wait_for_selector('#charts .chart[data-chart="reward"] canvas')
     before = int(page.get_attribute('#charts .chart[data-chart="reward"]', "data-points"))
     step = before + 1
-    append_step(live, step, ui_world["good"])
+    answered = [r for r in ui_world["good"] if r["stop_reason"] == "answer"]  # this step logs no stop/no_tool_call
+    append_step(live, step, answered)
     page.wait_for_function(f"document.querySelector('#charts .chart[data-chart=\"reward\"]').dataset.points == '{step}'",
                            timeout=10_000)
     assert page.inner_text("#run-step") == str(step)  # the header follows the feed too
+    last = dict(page.evaluate("""() => {
+        const c = document.querySelector('#charts .chart[data-chart="stop reasons (samples per step)"]')._chart;
+        return c.series.slice(1).map((s, i) => [s.label, c.data[i + 1][c.data[0].length - 1]]); }"""))
+    assert last == {"stop/answer": len(answered), "stop/no_tool_call": 0}, last  # a reason a step did not see is 0, not a gap
     for title in ("tool calls and errors", "stop reasons (samples per step)", "KL and logprob drift", "step time split (s)"):
         assert page.locator(f'#charts .chart[data-chart="{title}"] canvas').count() == 1, title
     (live / "train.log").write_text("step 1 reward 0.5\nstep 2 reward 0.5\n")

@@ -28,8 +28,8 @@ pytest.importorskip("rlf_mcp", reason="rlf-mcp is not installed (pip install -e 
 httpx = pytest.importorskip("httpx")
 
 EXAMPLE = ROOT / "examples" / "calculator"
-STEPS = 4
-SHORT = ["sft.steps=20", "sft.batch_size=8", f"trainer.steps={STEPS}", "trainer.prompts_per_step=2", "rollout.n=4",
+STEPS, SFT_STEPS = 4, 5
+SHORT = [f"sft.steps={SFT_STEPS}", "sft.batch_size=8", f"trainer.steps={STEPS}", "trainer.prompts_per_step=2", "rollout.n=4",
          "trainer.samples_per_step=8", "model.init.hidden_size=32", "model.init.num_layers=1", "model.init.intermediate_size=64"]
 CHROMIUM = "/usr/bin/chromium"
 
@@ -130,7 +130,7 @@ def test_rlf_ui_shows_the_embedded_default_while_it_trains_and_after(example: Pa
             page = ui.get("/run?run=calculator")
             assert page.status_code == 200 and 'id="charts"' in page.text
             sft = ui.get("/api/metrics?run=calculator&file=sft_metrics.jsonl").json()["rows"]
-            assert [r["step"] for r in sft] == list(range(1, 21)) and all("loss" in r for r in sft)  # the warm start's curve
+            assert [r["step"] for r in sft] == list(range(1, SFT_STEPS + 1)) and all("loss" in r for r in sft)  # the warm start's curve
             trajs = ui.get("/trajectories?run=calculator").text
             assert trajs.count('class="sample-link"') == 8, trajs[-2000:]  # 2 prompts x 4 samples, all kept (samples_per_step=8)
             assert "<td>mcp</td>" in trajs  # the calculator's environment

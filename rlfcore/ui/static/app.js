@@ -7,7 +7,7 @@ const rlf = (() => {
     "metrics.jsonl": [
       {title: "reward", keys: ["reward_mean"], prefix: "reward/"},
       {title: "tool calls and errors", keys: ["tool_calls_per_trajectory", "tool_use", "tool_error_rate"]},
-      {title: "stop reasons (samples per step)", prefix: "stop/"},
+      {title: "stop reasons (samples per step)", prefix: "stop/", missingIsZero: true},  // a step logs only the reasons it saw
       {title: "response length (tokens)", keys: ["response_length"]},
       {title: "KL and logprob drift", keys: ["kl", "logprob_drift"]},
       {title: "step time split (s)", keys: ["rollout_s", "score_s", "train_s", "step_s"]},
@@ -71,7 +71,8 @@ const rlf = (() => {
       if (!keys.length) continue;
       let box = root.querySelector('[data-chart="' + g.title + '"]');
       if (!box) { box = document.createElement("div"); box.className = "chart"; box.dataset.chart = g.title; root.appendChild(box); }
-      draw(box, g.title, xs, keys.map(k => ({label: k, values: rows.map(r => typeof r[k] === "number" ? r[k] : null)})));
+      const missing = g.missingIsZero ? 0 : null;
+      draw(box, g.title, xs, keys.map(k => ({label: k, values: rows.map(r => typeof r[k] === "number" ? r[k] : missing)})));
     }
   }
 
