@@ -429,3 +429,15 @@ def test_docs_page_shows_screenshots_that_exist_and_are_small() -> None:
         assert path.stat().st_size < 150_000, f"{rel} is {path.stat().st_size // 1000} kB: shrink it"
     unused = sorted(p.name for p in (docs / "img").glob("ui-*.png") if f"img/{p.name}" not in shown)
     assert not unused, f"docs/img holds screenshots docs/ui.md does not show: {', '.join(unused)}"
+
+
+def test_rlf_ui_refuses_a_runs_folder_that_does_not_exist(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from rlfcore.cli import cli
+
+    missing = tmp_path / "nope"
+    out = CliRunner().invoke(cli, ["ui", str(missing)])
+    assert out.exit_code != 0 and f"no such folder: {missing}" in out.output
+    bad_port = CliRunner().invoke(cli, ["ui", str(tmp_path), "--port", "70000"])
+    assert bad_port.exit_code == 2 and "--port" in bad_port.output
