@@ -10,6 +10,7 @@ and lets it go on (SIGCONT). Screenshots go to ``$RLF_UI_SCREENSHOTS`` (default:
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -46,7 +47,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_for(what: str, check: Callable[[], Any], timeout: float, proc: subprocess.Popen | None = None) -> Any:
+def start(argv: list[str], log: Path, cwd: Path | None = None) -> subprocess.Popen:
+    """``python -m rlfcore ARGV`` in its own process, its output to ``log`` (a pipe nobody reads could fill)."""
+    with log.open("w") as out:
+        return subprocess.Popen([sys.executable, "-m", "rlfcore", *argv], cwd=cwd, env=env(), stdout=out,
+                                stderr=subprocess.STDOUT)
+
+
+def tail(log: Path) -> str:
+    return log.read_text(errors="replace")[-3000:] if log.exists() else ""
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float, proc: subprocess.Popen | None = None,
+             log: Path | None = None) -> Any:
     """Poll ``check`` until it returns something truthy; fail naming ``what`` (and the process's output)."""
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -54,7 +67,7 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float, proc: subproce
         if got:
             return got
         if proc is not None and proc.poll() is not None:
-            pytest.fail(f"{what}: the process ended first (rc {proc.returncode}):\n{proc.stdout.read()[-3000:]}")
+            pytest.fail(f"{what}: the process ended first (rc {proc.returncode}):\n{tail(log) if log else ''}")
         time.sleep(0.05)
     pytest.fail(f"timed out after {timeout:.0f} s waiting for {what}")
 
@@ -73,9 +86,9 @@ def example(tmp_path: Path) -> Path:
 def ui_server(example: Path) -> Iterator[httpx.Client]:
     """``rlf ui RUNS`` on a free loopback port, as a user starts it."""
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "rlfcore", "ui", str(example.parent / "runs"), "--port", str(port),
-                             "--poll", "0.3", "--config", str(example / "run.yaml")],
-                            env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    log = example.parent / "ui.out"
+    proc = start(["ui", str(example.parent / "runs"), "--port", str(port), "--poll", "0.3",
+                  "--config", str(example / "run.yaml")], log)
     client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30)
 
     def up() -> bool:
@@ -85,13 +98,12 @@ def ui_server(example: Path) -> Iterator[httpx.Client]:
             return False
 
     try:
-        wait_for("rlf ui to answer", up, 60, proc)
+        wait_for("rlf ui to answer", up, 60, proc, log)
         yield client
     finally:
         client.close()
         proc.terminate()
         proc.wait(timeout=20)
-        proc.stdout.close()
 
 
 def row_of(client: httpx.Client, run: str) -> str:
@@ -108,22 +120,19 @@ def test_rlf_ui_shows_the_embedded_default_while_it_trains_and_after(example: Pa
     shots.mkdir(parents=True, exist_ok=True)
     ui = ui_server
     run_dir = example.parent / "runs" / "calculator"
-    train = subprocess.Popen([sys.executable, "-m", "rlfcore", "train", "run.yaml", "--run-dir", str(run_dir), *SHORT],
-                             cwd=example, env=env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    log = example / "train.out"
+    train = start(["train", "run.yaml", "--run-dir", str(run_dir), *SHORT], log, cwd=example)
     browser = None
     try:
-        def first_rows() -> list[dict[str, Any]] | None:
-            if not run_dir.exists():
-                return None
-            got = ui.get("/api/metrics?run=calculator")
-            return got.json()["rows"] if got.status_code == 200 and got.json()["rows"] else None
-
-        rows = wait_for("the first GRPO step in the UI's metrics feed", first_rows, 240, train)
+        metrics = run_dir / "metrics.jsonl"
+        # Watched on disk, not through the UI, so the trainer is held as soon as its first step is written.
+        wait_for("the first GRPO step", lambda: metrics.exists() and metrics.stat().st_size > 0, 240, train, log)
         train.send_signal(signal.SIGSTOP)  # hold the run mid-training while we look
         try:
+            written = [json.loads(x)["step"] for x in metrics.read_text().split("\n")[:-1]]  # whole lines only
             feed = ui.get("/api/metrics?run=calculator").json()
             seen = [r["step"] for r in feed["rows"]]
-            assert seen == list(range(1, len(seen) + 1)) and len(seen) < STEPS, seen
+            assert seen == written and seen == list(range(1, len(seen) + 1)) and len(seen) < STEPS, (seen, written)
             assert feed["status"] == "running"
             row = row_of(ui, "calculator")
             assert "running" in row and f"{seen[-1]} / {STEPS}" in row, row
@@ -152,7 +161,7 @@ def test_rlf_ui_shows_the_embedded_default_while_it_trains_and_after(example: Pa
             return more["status"] == "finished"
 
         wait_for("the run to finish in the UI", finished, 240, None)
-        assert train.wait(timeout=120) == 0, train.stdout.read()[-3000:]
+        assert train.wait(timeout=120) == 0, tail(log)
         assert seen + grown == list(range(1, STEPS + 1))  # the rest arrived through the offset feed, once each
         row = row_of(ui, "calculator")
         assert "finished" in row and f"{STEPS} / {STEPS}" in row, row
@@ -182,7 +191,6 @@ def test_rlf_ui_shows_the_embedded_default_while_it_trains_and_after(example: Pa
             train.send_signal(signal.SIGCONT)
             train.kill()
             train.wait(timeout=20)
-        train.stdout.close()
 
 
 class Browser:
