@@ -20,7 +20,8 @@ LIMIT_BYTES = 150_000
 NAMES = {
     "runs.png": "ui-runs.png", "compare.png": "ui-compare.png", "run-live.png": "ui-run-live.png",
     "trajectories.png": "ui-trajectories.png", "side-by-side.png": "ui-side-by-side.png", "tokens.png": "ui-tokens.png",
-    "tools.png": "ui-tools.png", "data.png": "ui-data.png", "calculator-finished.png": "ui-calculator.png",
+    "tools.png": "ui-tools.png", "data.png": "ui-data.png", "calculator-live.png": "ui-calculator-live.png",
+    "calculator-finished.png": "ui-calculator.png",
 }
 
 
