@@ -12,6 +12,7 @@ from rlfcore.cli.config import config
 from rlfcore.cli.eval import eval_command
 from rlfcore.cli.plugins import plugins
 from rlfcore.cli.train import init_model, rescore, sft, train
+from rlfcore.cli.ui import ui
 from rlfcore.signals import handled, interruption
 
 
@@ -34,7 +35,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
 cli.add_command(plugins)
 cli.add_command(config)
 cli.add_command(eval_command)
-for command in (train, sft, rescore, init_model):
+for command in (train, sft, rescore, init_model, ui):
     cli.add_command(command)
 
 

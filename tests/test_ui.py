@@ -1,0 +1,443 @@
+"""``rlf ui``: every route, through Starlette's TestClient, over run folders these tests make.
+
+The run folders hold real trajectories: the real loop, executor and reward pipeline, with a real BPE
+tokenizer (built here from text, as ``rlf init-model`` does) and its chat template. Only the policy is
+a stand-in, :class:`ScriptedEngine` playing fixed texts (no model can be trained in a unit test), with
+made-up logprobs so the heat map has something to show. Files are written line by line in the format
+``RunDir`` writes (``Trajectory.record()``), without importing torch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import json
+import re
+import statistics
+import textwrap
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("starlette")
+pytest.importorskip("tokenizers")
+
+from rlfcore.chat import HFChatTokenizer  # noqa: E402
+from rlfcore.data import normalize_row  # noqa: E402
+from rlfcore.engines.base import Generation, SamplingParams  # noqa: E402
+from rlfcore.engines.scripted import ScriptedEngine  # noqa: E402
+from rlfcore.loop import Rollout  # noqa: E402
+from rlfcore.rewards import RewardPipeline  # noqa: E402
+from rlfcore.testing import make_runtime  # noqa: E402
+
+PLUGIN = '''
+"""Test tools for the UI: an adder, a tool that outlives its timeout, and a scorer that fails on one row."""
+import asyncio
+from rlfcore.hookspecs import hookimpl
+from rlfcore.types import Tool
+
+
+async def _slow(seconds: float = 5.0) -> str:
+    await asyncio.sleep(seconds)
+    return "done"
+
+
+def _add(a: int, b: int) -> str:
+    return str(a + b)
+
+
+@hookimpl
+def register_tools(ctx):
+    return [
+        Tool("add", "Add two integers.", {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+             "required": ["a", "b"]}, _add),
+        Tool("slow", "Wait, then answer (times out).", {"type": "object", "properties": {"seconds": {"type": "number"}}}, _slow,
+             timeout_s=0.2),
+    ]
+
+
+@hookimpl
+def compute_score(sample, verification, ctx):
+    if sample.ground_truth == "boom":
+        raise RuntimeError("scorer failed on purpose")
+    return 1.0 if sample.response.strip() == str(sample.ground_truth) else 0.0
+'''
+
+CALL_ADD = '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>'
+CALL_SLOW = '<tool_call>\n{"name": "slow", "arguments": {"seconds": 5}}\n</tool_call>'
+
+ROWS = {
+    "good": [{"id": "q1", "prompt": "What is 2+3?", "ground_truth": "5"}, {"id": "q2", "prompt": "What is 4+4?", "ground_truth": "8"}],
+    "mismatch": [{"id": "ws", "prompt": "What is 2+3, with spaces?", "ground_truth": "5"}],
+    "timeouts": [{"id": "slow", "prompt": "Wait for it.", "ground_truth": "done"}],
+    "badreward": [{"id": "boom", "prompt": "Score me.", "ground_truth": "boom"}],
+}
+
+
+def policy(request_id: str, prompt: str) -> str:
+    """Even samples call the tool and answer right, odd ones guess: groups with reward variance."""
+    row, k = request_id.split("#")
+    called = "<tool_response>" in prompt
+    if row == "ws":
+        return "  5  " if called else CALL_ADD  # content is stripped: the rollout departs from a rendering
+    if row == "slow":
+        return "done" if called else CALL_SLOW
+    if row == "boom":
+        return "whatever"
+    if int(k) % 2:
+        return "7"
+    return ("5" if row == "q1" else "8") if called else CALL_ADD
+
+
+class LogprobEngine(ScriptedEngine):
+    """The scripted policy, with varied logprobs standing in for a model's (the heat map needs some)."""
+
+    async def generate(self, prompt_ids: list[int], params: SamplingParams, request_id: str = "") -> Generation:
+        gen = await super().generate(prompt_ids, params, request_id)
+        return Generation(gen.token_ids, [-(i % 7) * 0.8 for i in range(len(gen.token_ids))], gen.finish_reason)
+
+
+def build_tokenizer(folder: Path) -> HFChatTokenizer:
+    from rlfcore.tinymodel import build_tokenizer as build
+
+    texts = ["What is 2+3? What is 4+4? Wait for it. Score me. done whatever answer tool call add slow"] * 20
+    return HFChatTokenizer(build(texts, folder, vocab_size=300))
+
+
+def write_config(folder: Path, plugin: Path) -> Path:
+    cfg = folder / "run.yaml"
+    cfg.write_text(textwrap.dedent(f"""\
+        local_plugins: [{plugin}]
+        model: {{path: {folder / 'model'}}}
+        data: {{train: {folder / 'rows.jsonl'}}}
+        rollout: {{n: 4, max_turns: 3}}
+        trainer: {{steps: 3}}
+        """))
+    (folder / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for rows in ROWS.values() for r in rows))
+    return cfg
+
+
+def roll(config: Path, tok: HFChatTokenizer, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Real rollouts of ``rows`` (4 samples each), scored: their JSON records."""
+    runtime = make_runtime(config)
+
+    async def go() -> list[Any]:
+        loop = Rollout(runtime, LogprobEngine(tok, policy), tok)
+        async with runtime:
+            trajs = await loop.run([normalize_row(dict(r), i) for i, r in enumerate(rows)])
+            await RewardPipeline(runtime).score(trajs)
+        return trajs
+
+    return [t.record() for t in asyncio.run(go())]
+
+
+def metrics_line(step: int, records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The step metrics LocalTrainer logs, computed from the records the same way."""
+    n, calls = len(records), sum(r["tool_calls"] for r in records)
+    rewards = [r["reward"] for r in records]
+    out = {
+        "step": step, "reward_mean": statistics.fmean(rewards), "reward_std": statistics.pstdev(rewards),
+        "tool_calls_per_trajectory": calls / n, "tool_use": sum(1 for r in records if r["tool_calls"]) / n,
+        "tool_error_rate": sum(r["tool_errors"] for r in records) / calls if calls else 0.0,
+        "response_length": statistics.fmean(r["generated_tokens"] for r in records),
+        "reward_errors": sum(1 for r in records if r["reward_error"]), "kl": 0.01 * step, "loss": 0.1 / step,
+        "rollout_s": 0.5, "score_s": 0.01, "train_s": 0.2, "step_s": 0.71,
+    }
+    comps: dict[str, list[float]] = {}
+    for r in records:
+        for k, v in r["reward_components"].items():
+            comps.setdefault(k, []).append(v)
+    out.update({f"reward/{k}": statistics.fmean(v) for k, v in comps.items()})
+    out.update({f"stop/{k}": v for k, v in Counter(r["stop_reason"] for r in records).items()})
+    return out
+
+
+def write_run(folder: Path, steps: list[list[dict[str, Any]]], tokenizer_dir: Path, finished: bool = True) -> Path:
+    """A run folder as ``rlf train`` leaves it: config, metrics and samples per step, a checkpoint, a summary."""
+    folder.mkdir(parents=True)
+    (folder / "config.yaml").write_text("plugins: []\ntrainer:\n  steps: 3\nrollout:\n  n: 4\n")
+    model = folder / "checkpoints" / "step_000001" / "model"
+    model.mkdir(parents=True)
+    for f in tokenizer_dir.iterdir():
+        (model / f.name).write_bytes(f.read_bytes())
+    (model.parent / "trainer.pt").write_bytes(b"state")
+    (folder / "samples").mkdir()
+    for step, records in enumerate(steps, 1):
+        append_step(folder, step, records)
+    if finished:
+        (folder / "summary.json").write_text(json.dumps({"steps": len(steps), "total_s": 42.0}))
+    return folder
+
+
+def append_step(folder: Path, step: int, records: list[dict[str, Any]]) -> None:
+    with (folder / "samples" / f"step_{step:06d}.jsonl").open("w") as f:
+        f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+    with (folder / "metrics.jsonl").open("a") as f:
+        f.write(json.dumps(metrics_line(step, records)) + "\n")
+
+
+@pytest.fixture(scope="session")
+def ui_world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """A runs folder with a finished run, a live one, and runs with a token mismatch, tool timeouts and a failed reward."""
+    base = tmp_path_factory.mktemp("ui")
+    plugin = base / "ui_test_tools.py"
+    plugin.write_text(PLUGIN)
+    tok = build_tokenizer(base / "model")
+    config = write_config(base, plugin)
+    good = roll(config, tok, ROWS["good"])
+    runs = base / "runs"
+    made = {
+        "finished": write_run(runs / "finished", [good, good, good], base / "model"),
+        "live": write_run(runs / "live", [good], base / "model", finished=False),
+        "mismatch": write_run(runs / "mismatch", [roll(config, tok, ROWS["mismatch"])], base / "model"),
+        "timeouts": write_run(runs / "timeouts", [roll(config, tok, ROWS["timeouts"] + ROWS["good"])], base / "model"),
+        "badreward": write_run(runs / "badreward", [roll(config, tok, ROWS["badreward"] + ROWS["good"])], base / "model"),
+    }
+    return {"base": base, "runs": runs, "config": config, "made": made, "good": good}
+
+
+@pytest.fixture()
+def client(ui_world: dict[str, Any]):
+    from starlette.testclient import TestClient
+
+    from rlfcore.ui import create_app
+
+    with TestClient(create_app(ui_world["runs"], ui_world["config"], poll_ms=500)) as c:
+        yield c
+
+
+def test_runs_list_shows_every_run_with_its_status(client, ui_world) -> None:
+    page = client.get("/").text
+    for name in ui_world["made"]:
+        assert f'data-run="{name}"' in page
+    table = client.get("/runs-table").text
+    row = table.split('data-run="finished"')[1].split("</tr>")[0]
+    assert "finished" in row and "3 / 3" in row and "0.500" in row  # half the samples answer right
+    live = table.split('data-run="live"')[1].split("</tr>")[0]
+    assert "running" in live  # written seconds ago, no summary
+
+
+def test_compare_page_names_the_runs_and_refuses_unknown_ones(client) -> None:
+    page = client.get("/compare?run=finished&run=live")
+    assert page.status_code == 200 and "finished, live" in page.text
+    assert client.get("/compare?run=nope").status_code == 404
+    assert client.get("/run?run=../..").status_code == 404
+
+
+def test_run_page_and_its_metrics_feed_pick_up_appended_lines(client, ui_world) -> None:
+    live = ui_world["made"]["live"]
+    page = client.get("/run?run=live").text
+    assert 'id="charts"' in page and "/banner?run=live" in page and "/log?run=live" in page
+    first = client.get("/api/metrics?run=live").json()
+    assert [r["step"] for r in first["rows"]] == [1] and first["status"] == "running"
+    append_step(live, 2, ui_world["good"])
+    with (live / "metrics.jsonl").open("a") as f:
+        f.write('{"step": 3, "reward_me')  # half written: not served until complete
+    more = client.get(f"/api/metrics?run=live&offset={first['offset']}").json()
+    assert [r["step"] for r in more["rows"]] == [2]
+    with (live / "metrics.jsonl").open("a") as f:
+        f.write('an": 0.5}\n')
+    last = client.get(f"/api/metrics?run=live&offset={more['offset']}").json()
+    assert last["rows"] == [{"step": 3, "reward_mean": 0.5}]
+    assert client.get("/api/metrics?run=live&file=config.yaml").status_code == 400
+    assert client.get("/api/metrics?run=live&offset=x").status_code == 400
+
+
+def test_banner_warns_of_failed_rewards_timeouts_and_mismatches(client) -> None:
+    assert "reward error" in client.get("/banner?run=badreward").text
+    assert "depart from a full rendering" in client.get("/banner?run=mismatch").text
+    assert 'role="alert"' not in client.get("/banner?run=finished").text  # nothing wrong there
+
+
+def test_log_tail_shows_the_last_lines(client, ui_world) -> None:
+    assert "No log file" in client.get("/log?run=finished").text
+    log = ui_world["made"]["finished"] / "train.log"
+    log.write_text("".join(f"line {i}\n" for i in range(500)) + "partial")
+    try:
+        text = client.get("/log?run=finished").text
+        assert "line 499" in text and "line 439" not in text and "partial" not in text
+    finally:
+        log.unlink()
+
+
+def test_trajectories_group_samples_and_filter(client) -> None:
+    page = client.get("/trajectories?run=finished").text
+    assert 'data-row="q1"' in page and 'data-row="q2"' in page and "8 of 8 samples" in page
+    assert client.get("/trajectories?run=finished&min_reward=1").text.count('class="sample-link"') == 4
+    assert client.get("/trajectories?run=finished&stop=no_tool_call").text.count('class="sample-link"') == 4
+    assert "1 of 8" not in client.get("/trajectories?run=finished&q=4%2B4").text
+    assert client.get("/trajectories?run=finished&q=4%2B4").text.count('class="sample-link"') == 4
+    timeouts = client.get("/trajectories?run=timeouts&tool_error=1").text
+    assert 'data-row="slow"' in timeouts and 'data-row="q1"' not in timeouts
+    assert "mismatch" in client.get("/trajectories?run=mismatch&mismatch=1").text
+    assert client.get("/trajectories?run=finished&min_reward=high").status_code == 400
+    assert client.get("/trajectories?run=finished&file=step_000009.jsonl").status_code == 404
+
+
+def test_sample_page_shows_turns_tool_results_and_errors(client) -> None:
+    one = client.get("/sample?run=timeouts&i=0").text
+    assert "slow" in one and "timeout" in one and "timed out" in one.lower()
+    both = client.get("/sample?run=finished&i=0&j=1")
+    assert both.status_code == 200 and both.text.count('class="sample"') == 2 and "cols-2" in both.text
+    call = re.search(r"<b>add</b> <code>(.*?)</code>", both.text)  # arguments: a dict or a JSON string, as recorded
+    assert call and json.loads(html.unescape(call.group(1))) == {"a": 2, "b": 3}
+    bad = client.get("/sample?run=badreward&i=0").text
+    assert "scorer failed on purpose" in bad
+    assert client.get("/sample?run=finished").status_code == 400
+    assert client.get("/sample?run=finished&i=99").status_code == 404
+
+
+def test_token_view_highlights_the_mismatch_with_its_reason(client) -> None:
+    page = client.get("/tokens?run=mismatch&i=0").text
+    assert 'id="mismatch"' in page and "departs from a full rendering" in page
+    marked = re.findall(r'class="tok (prompt|generated|observation) mismatch', page)
+    assert marked, "no token carries the mismatch class"
+    assert page.count("first-mismatch") == 1  # where the departure starts
+    assert "&lt;|im_start|&gt;" in page  # decoded with the run's own tokenizer, not shown as ids
+    assert "--heat:0.8" in page or "--heat:0.96" in page  # logprobs drive the heat map
+    clean = client.get("/tokens?run=finished&i=0").text
+    assert 'id="mismatch"' not in clean and "matches a full rendering" in clean
+
+
+def test_tools_page_lists_tools_and_calls_them_through_the_executor(client, ui_world) -> None:
+    page = client.get(f"/tools?config={ui_world['config']}").text
+    assert 'data-tool="add"' in page and 'data-tool="slow"' in page and "Add two integers." in page
+    plugin = page.split('name="plugin" value="')[1].split('"')[0]
+    ok = client.post("/tools/call", data={"config": str(ui_world["config"]), "plugin": plugin, "name": "add",
+                                          "arguments": '{"a": 20, "b": 22}'}).text
+    assert '<pre class="result-content">42</pre>' in ok and "error: <span class=\"ok\">none" in ok
+    slow = client.post("/tools/call", data={"config": str(ui_world["config"]), "plugin": plugin, "name": "slow",
+                                            "arguments": "{}"}).text
+    assert "timeout" in slow
+    bad = client.post("/tools/call", data={"config": str(ui_world["config"]), "plugin": plugin, "name": "add",
+                                           "arguments": "{a: 1"}).text
+    assert "malformed" in bad and "not JSON" in bad
+    schema = client.post("/tools/call", data={"config": str(ui_world["config"]), "plugin": plugin, "name": "add",
+                                              "arguments": '{"a": "x", "b": 1}'}).text
+    assert "schema" in schema
+    stats = client.get(f"/tools?run=timeouts&config={ui_world['config']}").text
+    assert "error kinds: timeout" in stats
+    missing = client.get("/tools?config=/nonexistent/run.yaml").text
+    assert "no such file" in missing
+
+
+def test_data_page_previews_rows_and_validates_configs(client, ui_world) -> None:
+    page = client.get(f"/data?config={ui_world['config']}").text
+    assert "What is 2+3?" in page and "Prompt length" in page and "tokens" in page
+    bad = client.post("/config/validate", data={"text": "rollout:\n  n: many\n  max_turnz: 3\ntrainer: {steps: -1}\n",
+                                                "overrides": ""}).text
+    assert "rollout.n" in bad and "rollout.max_turnz" in bad and "did you mean" in bad
+    assert "(yaml)" in client.post("/config/validate", data={"text": "a: [", "overrides": ""}).text
+    good = client.post("/config/validate", data={"text": "rollout: {n: 2}", "overrides": "trainer.steps=5"}).text
+    assert "valid" in good and "steps: 5" in good
+
+
+def test_launch_stop_and_refusals(client, ui_world) -> None:
+    """A real ``rlf eval`` launched and stopped; verl's dry run shown; bad launches refused."""
+    refused = client.post("/launch", data={"kind": "train", "config": str(ui_world["config"]), "run_name": "finished"}).text
+    assert "already holds a run" in refused
+    assert "must be a folder under" in client.post("/launch", data={"kind": "train", "config": str(ui_world["config"]),
+                                                                   "run_name": "../escape"}).text
+    assert "no such config" in client.post("/launch", data={"config": "/nope.yaml", "run_name": "x"}).text
+    done = client.post("/launch", data={"kind": "eval", "config": str(ui_world["config"]), "run_name": "launched"},
+                       follow_redirects=False)
+    assert done.status_code == 303 and done.headers["location"] == "/run?run=launched"
+    run = ui_world["runs"] / "launched"
+    record = json.loads((run / "ui_launch.json").read_text())
+    assert record["kind"] == "eval" and record["rc"] is None
+    assert "running" in client.get("/runs-table").text.split('data-run="launched"')[1].split("</tr>")[0]
+    stopped = client.post("/stop?run=launched").text
+    assert "stopped (exit code" in stopped
+    deadline = time.time() + 10
+    while json.loads((run / "ui_launch.json").read_text())["rc"] is None and time.time() < deadline:
+        time.sleep(0.1)
+    assert json.loads((run / "ui_launch.json").read_text())["rc"] not in (None, 0)
+    assert "failed" in client.get("/runs-table").text.split('data-run="launched"')[1].split("</tr>")[0]
+    assert "$ -m rlfcore eval" in (run / "ui.log").read_text() or "rlfcore eval" in (run / "ui.log").read_text()
+    assert "already ended" in client.post("/stop?run=launched").text
+    assert "only runs started from the launch page" in client.post("/resume?run=finished").text
+
+
+@pytest.mark.slow
+def test_a_100_mb_samples_file_is_paged_not_loaded(tmp_path: Path, ui_world: dict[str, Any], capsys) -> None:
+    """Index once in a streaming pass, then each page reads only its lines (timed, memory bounded)."""
+    import tracemalloc
+
+    from starlette.testclient import TestClient
+
+    from rlfcore.ui import create_app
+
+    run = tmp_path / "runs" / "big"
+    (run / "samples").mkdir(parents=True)
+    (run / "config.yaml").write_text("trainer: {steps: 1}\n")
+    template = ui_world["good"][0]
+    path = run / "samples" / "step_000001.jsonl"
+    with path.open("w") as f:
+        i = 0
+        while f.tell() < 100 << 20:
+            rec = {**template, "id": f"r{i // 8}#{i % 8}", "row_id": f"r{i // 8}", "prompt_ids": list(range(6000)),
+                   "reward": (i % 8) / 8}
+            f.write(json.dumps(rec) + "\n")
+            i += 1
+    size_mb = path.stat().st_size / 2**20
+    pages = {"page 21": "/trajectories?run=big&page=20", "first page again": "/trajectories?run=big",
+             "last sample": f"/sample?run=big&i={i - 1}", "its tokens": f"/tokens?run=big&i={i - 1}",
+             "run page": "/run?run=big", "banner": "/banner?run=big"}
+    with TestClient(create_app(tmp_path / "runs")) as c:
+        t0 = time.perf_counter()
+        first = c.get("/trajectories?run=big")  # builds the index
+        index_s = time.perf_counter() - t0
+        assert first.status_code == 200 and f"{i} of {i} samples" in first.text
+        took = {}
+        for name, url in pages.items():
+            t0 = time.perf_counter()
+            got = c.get(url)
+            took[name] = time.perf_counter() - t0
+            assert got.status_code == 200, (url, got.text[-500:])
+            if name == "page 21":
+                assert 'data-row="r200"' in got.text
+        tracemalloc.start()  # a second pass, measured for memory only (tracing slows Python down)
+        for url in pages.values():
+            c.get(url)
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+    assert peak < 40 << 20, f"pages after the index peaked at {peak / 2**20:.0f} MiB for a {size_mb:.0f} MB file"
+    t0 = time.perf_counter()
+    with path.open("rb") as f:  # the floor the index is up against: parsing every line once
+        for line in f:
+            json.loads(line)
+    parse_s = time.perf_counter() - t0
+    with capsys.disabled():
+        print(f"\n[ui] {size_mb:.0f} MB samples file, {i} trajectories: first visit (index + page) {index_s:.2f} s "
+              f"(json.loads of every line alone: {parse_s:.2f} s); then "
+              + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in took.items())
+              + f"; peak memory of those pages {peak / 2**20:.1f} MiB")
+
+
+def test_docs_page_shows_screenshots_that_exist_and_are_small() -> None:
+    """docs/ui.md's pictures are in docs/img (made by scripts/ui-docs-images.py), each small, none unused."""
+    docs = Path(__file__).resolve().parents[1] / "docs"
+    shown = re.findall(r"!\[[^\]]*\]\((img/[^)]+)\)", (docs / "ui.md").read_text())
+    assert shown, "docs/ui.md shows no screenshot"
+    for rel in shown:
+        path = docs / rel
+        assert path.is_file(), f"docs/ui.md shows {rel}, which does not exist"
+        assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", f"{rel} is not a PNG"
+        assert path.stat().st_size < 150_000, f"{rel} is {path.stat().st_size // 1000} kB: shrink it"
+    unused = sorted(p.name for p in (docs / "img").glob("ui-*.png") if f"img/{p.name}" not in shown)
+    assert not unused, f"docs/img holds screenshots docs/ui.md does not show: {', '.join(unused)}"
+
+
+def test_rlf_ui_refuses_a_runs_folder_that_does_not_exist(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from rlfcore.cli import cli
+
+    missing = tmp_path / "nope"
+    out = CliRunner().invoke(cli, ["ui", str(missing)])
+    assert out.exit_code != 0 and f"no such folder: {missing}" in out.output
+    bad_port = CliRunner().invoke(cli, ["ui", str(tmp_path), "--port", "70000"])
+    assert bad_port.exit_code == 2 and "--port" in bad_port.output

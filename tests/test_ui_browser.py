@@ -1,0 +1,185 @@
+"""``rlf ui`` in a real browser: Debian's Chromium, headless, driven by Playwright, against a real
+uvicorn server on loopback over the run folders of ``test_ui``.
+
+Chromium is installed by ``scripts/install-chromium.sh`` (Playwright's own download cannot work
+offline); without it these tests skip. Screenshots of each page go to ``$RLF_UI_SCREENSHOTS``
+(default: a temporary folder, printed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--no-sandbox", "--disable-background-networking", "--disable-gpu", "--disable-component-update", "--disable-sync"]
+
+if not Path(CHROMIUM).exists():
+    pytest.skip(f"no Chromium at {CHROMIUM}: run scripts/install-chromium.sh", allow_module_level=True)
+sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
+uvicorn = pytest.importorskip("uvicorn")
+
+from test_ui import append_step, ui_world  # noqa: E402,F401  (the run folders, shared with the route tests)
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[Path]:
+    """Where the screenshots go; named on the terminal (without ``-s`` too) when the module ends."""
+    folder = Path(os.environ.get("RLF_UI_SCREENSHOTS") or tmp_path_factory.mktemp("ui-screenshots"))
+    folder.mkdir(parents=True, exist_ok=True)
+    yield folder
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(f"\n[ui] browser screenshots: {', '.join(sorted(p.name for p in folder.glob('*.png')))} in {folder}")
+
+
+@pytest.fixture(scope="module")
+def server(ui_world: dict[str, Any]) -> Iterator[str]:  # noqa: F811
+    from rlfcore.ui import create_app
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    srv = uvicorn.Server(uvicorn.Config(create_app(ui_world["runs"], ui_world["config"], poll_ms=400),
+                                        host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=srv.run, daemon=True)
+    thread.start()
+    deadline = time.time() + 30
+    while not srv.started and time.time() < deadline:
+        time.sleep(0.05)
+    assert srv.started, "uvicorn did not start"
+    yield f"http://127.0.0.1:{port}"
+    srv.should_exit = True
+    thread.join(timeout=20)
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with sync_api.sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+        yield b
+        b.close()
+
+
+@pytest.fixture()
+def page(browser: Any) -> Iterator[Any]:
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    p = context.new_page()
+    p.set_default_timeout(60_000)  # CI's two cores are shared: a slow page is not a broken one
+    errors: list[str] = []
+    p.on("pageerror", lambda exc: errors.append(str(exc)))
+    yield p
+    context.close()
+    assert not errors, f"JavaScript errors: {errors}"
+
+
+def test_runs_list_and_compare(page: Any, server: str, shots: Path) -> None:
+    page.goto(server + "/")
+    page.wait_for_selector('tr[data-run="finished"]')
+    page.screenshot(path=str(shots / "runs.png"), full_page=True)
+    page.check('input[value="finished"]')
+    page.check('input[value="timeouts"]')
+    page.evaluate("""() => { window.swaps = 0;
+        document.getElementById('runs-table').addEventListener('htmx:afterSwap', () => window.swaps++); }""")
+    page.wait_for_function("window.swaps >= 1")  # the table refreshed itself since: the ticks must survive it
+    assert page.is_checked('input[value="finished"]') and page.is_checked('input[value="timeouts"]')
+    assert not page.is_checked('input[value="live"]')
+    page.click("#compare-button")
+    page.wait_for_selector('#compare .chart[data-chart="reward_mean"] canvas')
+    assert page.locator("#compare .u-legend").first.inner_text().count("finished") >= 1
+    page.screenshot(path=str(shots / "compare.png"), full_page=True)
+
+
+def test_live_curve_gains_a_point_when_a_metrics_line_is_appended(page: Any, server: str, shots: Path,
+                                                                  ui_world: dict[str, Any]) -> None:  # noqa: F811
+    live = ui_world["made"]["live"]
+    page.goto(server + "/run?run=live")
+    page.wait_for_selector('#charts .chart[data-chart="reward"] canvas')
+    before = int(page.get_attribute('#charts .chart[data-chart="reward"]', "data-points"))
+    step = before + 1
+    answered = [r for r in ui_world["good"] if r["stop_reason"] == "answer"]  # this step logs no stop/no_tool_call
+    append_step(live, step, answered)
+    page.wait_for_function(f"document.querySelector('#charts .chart[data-chart=\"reward\"]').dataset.points == '{step}'",
+                           timeout=10_000)
+    assert page.inner_text("#run-step") == str(step)  # the header follows the feed too
+    last = dict(page.evaluate("""() => {
+        const c = document.querySelector('#charts .chart[data-chart="stop reasons (samples per step)"]')._chart;
+        return c.series.slice(1).map((s, i) => [s.label, c.data[i + 1][c.data[0].length - 1]]); }"""))
+    assert last == {"stop/answer": len(answered), "stop/no_tool_call": 0}, last  # a reason a step did not see is 0, not a gap
+    for title in ("tool calls and errors", "stop reasons (samples per step)", "KL and logprob drift", "step time split (s)"):
+        assert page.locator(f'#charts .chart[data-chart="{title}"] canvas').count() == 1, title
+    (live / "train.log").write_text("step 1 reward 0.5\nstep 2 reward 0.5\n")
+    page.wait_for_selector("#log pre.log", timeout=10_000)
+    assert "step 2 reward" in page.inner_text("#log")
+    page.screenshot(path=str(shots / "run-live.png"), full_page=True)
+
+
+def test_banner_on_a_run_with_failed_rewards(page: Any, server: str, shots: Path) -> None:
+    page.goto(server + "/run?run=badreward")
+    page.wait_for_selector("#banner .banner", timeout=10_000)
+    assert "reward error" in page.inner_text("#banner")
+    page.wait_for_selector('#charts .chart[data-chart="reward"] canvas')
+    page.screenshot(path=str(shots / "run-warning.png"), full_page=True)
+
+
+def test_trajectory_and_its_token_view_show_the_mismatch(page: Any, server: str, shots: Path) -> None:
+    page.goto(server + "/trajectories?run=mismatch")
+    page.wait_for_selector(".group")
+    page.screenshot(path=str(shots / "trajectories.png"), full_page=True)
+    page.click("a.sample-link >> nth=0")
+    page.wait_for_selector("article.sample")
+    assert "template check" in page.inner_text("article.sample")
+    page.screenshot(path=str(shots / "sample.png"), full_page=True)
+    page.click("text=token view")
+    page.wait_for_selector("#mismatch")
+    first = page.locator(".tok.first-mismatch")
+    assert first.count() == 1 and first.is_visible()
+    assert page.locator(".tok.mismatch").count() >= 2
+    colour = first.evaluate("e => getComputedStyle(e).outlineColor")
+    assert colour == "rgb(213, 0, 0)", colour  # highlighted, not only marked in the HTML
+    assert "rollout has" in page.inner_text("#mismatch")
+    page.screenshot(path=str(shots / "tokens.png"), full_page=True)
+
+
+def test_two_samples_side_by_side(page: Any, server: str, shots: Path) -> None:
+    page.goto(server + "/trajectories?run=timeouts")
+    page.click("text=side by side >> nth=0")
+    page.wait_for_selector("article.sample >> nth=1")
+    boxes = [page.locator("article.sample").nth(k).bounding_box() for k in (0, 1)]
+    assert boxes[0]["x"] < boxes[1]["x"] and abs(boxes[0]["y"] - boxes[1]["y"]) < 2  # columns, not stacked
+    assert "timeout" in page.inner_text("article.sample >> nth=0")
+    page.screenshot(path=str(shots / "side-by-side.png"), full_page=True)
+
+
+def test_call_a_tool_from_the_tools_page(page: Any, server: str, shots: Path, ui_world: dict[str, Any]) -> None:  # noqa: F811
+    page.goto(server + f"/tools?config={ui_world['config']}")
+    tool = page.locator('section.tool[data-tool="add"]')
+    tool.locator("textarea").fill(json.dumps({"a": 20, "b": 22}))
+    tool.locator("button").click()
+    tool.locator(".result-content").wait_for(timeout=15_000)
+    assert tool.locator(".result-content").inner_text() == "42"
+    assert "latency" in tool.locator(".tool-result").inner_text()
+    slow = page.locator('section.tool[data-tool="slow"]')
+    slow.locator("textarea").fill('{"seconds": 5}')
+    slow.locator("button").click()
+    slow.locator(".call-result.bad").wait_for(timeout=15_000)
+    assert "timeout" in slow.inner_text()
+    page.screenshot(path=str(shots / "tools.png"), full_page=True)
+
+
+def test_validate_a_config_on_the_data_page(page: Any, server: str, shots: Path, ui_world: dict[str, Any]) -> None:  # noqa: F811
+    page.goto(server + f"/data?config={ui_world['config']}")
+    page.wait_for_selector("pre.rendered")
+    page.fill('textarea[name="text"]', "rollout:\n  n: many\n  max_turnz: 3\n")
+    page.click("text=Validate >> nth=-1")
+    page.wait_for_selector("#validation .issues")
+    text = page.inner_text("#validation")
+    assert "rollout.n" in text and "rollout.max_turnz" in text
+    page.screenshot(path=str(shots / "data.png"), full_page=True)
