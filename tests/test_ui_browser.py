@@ -22,6 +22,8 @@ CHROMIUM = "/usr/bin/chromium"
 ARGS = ["--no-sandbox", "--disable-background-networking", "--disable-gpu", "--disable-component-update", "--disable-sync"]
 
 if not Path(CHROMIUM).exists():
+    if os.environ.get("RLF_REQUIRE_BROWSER"):  # set by .ci/run, which installs it: a skip there would hide a broken install
+        raise RuntimeError(f"no Chromium at {CHROMIUM} although RLF_REQUIRE_BROWSER is set: scripts/install-chromium.sh failed?")
     pytest.skip(f"no Chromium at {CHROMIUM}: run scripts/install-chromium.sh", allow_module_level=True)
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
 uvicorn = pytest.importorskip("uvicorn")
