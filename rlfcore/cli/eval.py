@@ -35,7 +35,8 @@ def eval_command(
 
     wanted = (GREEDY if greedy else []) + list(overrides) + ([f"engine.name={engine}"] if engine else [])
     config, manager = load_config(config_path, wanted)
-    model_source(config)  # a missing model fails here, before any MCP server starts
+    if _needs_tokenizer(config.engine.name):
+        model_source(config)  # a missing model fails here, before any MCP server starts
     data = config.data.eval or config.data.train
     if not data:
         raise click.UsageError("the config names no dataset: set data.eval (or data.train)")
