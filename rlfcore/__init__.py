@@ -5,6 +5,7 @@
 
 from rlfcore.context import ScoreContext, SetupContext, TurnContext
 from rlfcore.hookspecs import hookimpl
+from rlfcore.tools import tool
 from rlfcore.types import (
     Example,
     Sample,
@@ -32,4 +33,5 @@ __all__ = [
     "Verification",
     "__version__",
     "hookimpl",
+    "tool",
 ]

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 if TYPE_CHECKING:
     from rlfcore.plugins import PluginManager
@@ -41,7 +41,9 @@ class ModelInit(_Section):
 class ModelConfig(_Section):
     path: str | None = Field(None, description="Local folder of a Hugging Face model (weights, tokenizer, chat template).")
     tokenizer: str | None = Field(None, description="Tokenizer folder, when it differs from `path`.")
-    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="Weights' dtype for the `transformers` engine and for local training; `auto` is float32 in both."
+    )
     init: ModelInit | None = Field(None, description="Build a tiny model at `path` when the folder does not exist.")
     chat_template_kwargs: dict[str, Any] = Field(
         default_factory=dict, description="Extra chat-template variables, e.g. `{enable_thinking: false}` for Qwen3."
@@ -60,6 +62,17 @@ class SamplingConfig(_Section):
     top_k: int = Field(-1, description="-1: no top-k filtering.")
     max_tokens: int = Field(256, gt=0, description="Tokens generated per turn at most.")
     seed: int | None = None
+    stop: list[str] = Field(
+        default_factory=list,
+        description="Stop strings: a turn ends once its generated text contains one (e.g. Search-R1's `</search>`).",
+    )
+
+    @field_validator("stop")
+    @classmethod
+    def _stop_not_empty(cls, stop: list[str]) -> list[str]:
+        if any(not s for s in stop):
+            raise ValueError("an empty stop string would stop every generation at once")
+        return stop
 
 
 class RolloutConfig(_Section):
@@ -82,6 +95,9 @@ class ToolsConfig(_Section):
     max_concurrency: int = Field(64, ge=1, description="Calls in flight across all trajectories.")
     retries: int = Field(0, ge=0, description="Retries of calls that fail with a transient error.")
     cache: bool = Field(False, description="Reuse results of identical calls within a run.")
+    cache_size: int = Field(
+        4096, ge=1, description="Results the cache keeps, each as the model saw it; the least recently used go first."
+    )
     max_output_chars: int = Field(4000, gt=0, description="Longer results are cut, with a note saying so.")
 
 

@@ -7,9 +7,12 @@ an answer it can read, so nothing here raises: unknown tools, unreadable calls, 
 exceptions, timeouts and exhausted retries all come back as a :class:`ToolResult` with ``error`` set.
 
 Sync tools run in their own daemon thread, so they never block the event loop. Python cannot kill a
-thread: a sync tool that times out keeps running in the background until it returns, but its result is
-dropped and its concurrency slot is released at the timeout, so a hung tool never starves the others
-(and, being a daemon thread, never keeps the process alive at exit). Async tools are cancelled.
+thread, and an async tool may ignore its cancellation: a call past its timeout is answered with a
+timeout error at once, but whatever still runs keeps its concurrency slots until it ends, so the limits
+count everything that executes. A call that cannot get a slot within its own timeout while such
+overrunning calls hold slots is a timeout error too, so hung tools never stall a step. An exception
+of any kind a tool raises (``SystemExit``, ``KeyboardInterrupt``, ``CancelledError`` included) is
+that call's error result; the traceback goes into :attr:`ToolResult.traceback`, never to the model.
 """
 
 from __future__ import annotations
@@ -22,9 +25,10 @@ import json
 import logging
 import math
 import time
-from collections import Counter, deque
+import traceback
+from collections import Counter, OrderedDict, deque
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Coroutine, Mapping
 
 import jsonschema
 
@@ -41,6 +45,9 @@ LATENCY_WINDOW = 10_000
 class _Outcome:
     content: str
     error: ToolErrorKind | None = None
+    traceback: str | None = None
+    cut: bool = False
+    """``content`` is already what the model sees (a cached result)."""
 
 
 class ToolMetrics:
@@ -81,6 +88,14 @@ class ToolMetrics:
         return {"calls": self.calls, "cache_hits": self.cache_hits, "errors": dict(self.errors), "tools": tools}
 
 
+def show_tracebacks() -> None:
+    """Print the traceback of each failing tool call on stderr as it happens (``rlf --debug``)."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    log.addHandler(handler)
+    log.setLevel(logging.DEBUG)
+
+
 def _percentile(ordered: list[float], q: int) -> float:
     """Nearest-rank percentile of a sorted, non-empty list."""
     return ordered[max(0, math.ceil(q / 100 * len(ordered)) - 1)]
@@ -99,7 +114,10 @@ class ToolExecutor:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._global: asyncio.Semaphore | None = None
         self._per_tool: dict[tuple[str | None, str], asyncio.Semaphore] = {}
-        self._cache: dict[tuple[str | None, str, str], asyncio.Task[_Outcome]] = {}
+        self._cache: OrderedDict[tuple[str | None, str, str], _Outcome] = OrderedDict()
+        self._in_flight: dict[tuple[str | None, str, str], asyncio.Task[_Outcome]] = {}
+        self.overrunning = 0
+        """Calls answered with a timeout whose thread or task still runs (and holds its slots)."""
 
     async def run(self, calls: list[ToolCall], tools: Mapping[str, Tool]) -> list[ToolResult]:
         """One result per call, in order; the calls run concurrently."""
@@ -125,13 +143,18 @@ class ToolExecutor:
                 outcome = await self._attempts(tool, call.arguments)
         except Exception as exc:  # a bug here or an unusable tool schema must still answer the model
             log.debug("tool call %r failed inside the executor", call.name, exc_info=True)
-            outcome = _Outcome(f"Error: tool {call.name!r} could not be run: {type(exc).__name__}: {exc}", "exception")
+            outcome = _Outcome(
+                f"Error: tool {call.name!r} could not be run: {type(exc).__name__}: {exc}",
+                "exception",
+                traceback.format_exc(),
+            )
         result = ToolResult(
             call_id=call.id,
             name=call.name,
-            content=self._cut(outcome.content),
+            content=outcome.content if outcome.cut else self._cut(outcome.content),
             error=outcome.error,
             latency_s=time.perf_counter() - start,
+            traceback=outcome.traceback,
         )
         self.metrics.record(result, known_tool=tool is not None, cached=cached)
         return result
@@ -139,20 +162,28 @@ class ToolExecutor:
     # --- one call ----------------------------------------------------------------------------------
 
     async def _cached(self, tool: Tool, arguments: dict[str, Any]) -> tuple[_Outcome, bool]:
-        """Identical calls share one run, also while it is in flight; failures are not kept."""
-        canonical = json.dumps(arguments, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+        """Identical calls share one run, also while it is in flight. Successes are kept as the model
+        saw them (cut), the least recently used dropped past ``tools.cache_size``; failures are not kept."""
+        canonical = json.dumps(arguments, sort_keys=True, ensure_ascii=True, separators=(",", ":"))
         key = (tool.plugin, tool.name, canonical)
-        task = self._cache.get(key)
+        if key in self._cache:
+            self._cache.move_to_end(key)
+            return self._cache[key], True
+        task = self._in_flight.get(key)
         hit = task is not None
         if task is None:
             task = asyncio.ensure_future(self._attempts(tool, arguments))
-            self._cache[key] = task
+            self._in_flight[key] = task
 
-            def forget_failure(done: asyncio.Task[_Outcome]) -> None:
+            def keep_success(done: asyncio.Task[_Outcome]) -> None:
+                self._in_flight.pop(key, None)
                 if done.cancelled() or done.exception() is not None or done.result().error is not None:
-                    self._cache.pop(key, None)
+                    return
+                self._cache[key] = _Outcome(self._cut(done.result().content), cut=True)
+                while len(self._cache) > self.config.cache_size:
+                    self._cache.popitem(last=False)
 
-            task.add_done_callback(forget_failure)
+            task.add_done_callback(keep_success)
         # Shielded: one caller being cancelled must not cancel the run that others wait for.
         return await asyncio.shield(task), hit
 
@@ -168,20 +199,64 @@ class ToolExecutor:
                     continue
                 times = f"{tries} times" if tries > 1 else "once"
                 return _Outcome(f"Error: tool {tool.name!r} failed {times} with a transient error: {exc}", "transient")
+            except _NoSlot as exc:
+                return _Outcome(f"Error: tool {tool.name!r} timed out after {float(timeout)!r} s {exc}", "timeout")
             except asyncio.TimeoutError:
                 return _Outcome(f"Error: tool {tool.name!r} timed out after {float(timeout)!r} s", "timeout")
             except Exception as exc:
-                raised = exc.__cause__ if isinstance(exc, _OwnTimeout) else exc
+                raised = exc.__cause__ if isinstance(exc, (_OwnTimeout, _Raised)) and exc.__cause__ else exc
                 log.debug("tool %r raised", tool.name, exc_info=raised)
-                return _Outcome(f"Error: tool {tool.name!r} failed: {type(raised).__name__}: {raised}", "exception")
+                trace = "".join(traceback.format_exception(type(raised), raised, raised.__traceback__))
+                return _Outcome(f"Error: tool {tool.name!r} failed: {type(raised).__name__}: {raised}", "exception", trace)
             return _Outcome(_render(value))
         raise AssertionError("unreachable: the last attempt always returns")
 
     async def _limited(self, tool: Tool, arguments: dict[str, Any], timeout: float) -> Any:
+        """Run the call in its slots; the slots are given back when it really ends, which for a call
+        past its timeout (a hung thread, a task ignoring cancellation) is after it was answered."""
         # The tool's own slot first: a call waiting for a busy tool must not hold a global slot.
-        tool_limit, global_limit = self._limits(tool)
-        async with tool_limit or _NO_LIMIT, global_limit:
-            return await asyncio.wait_for(self._call(tool, arguments), timeout)
+        held: list[asyncio.Semaphore] = []
+        try:
+            for limit in self._limits(tool):
+                if limit is not None:
+                    await self._acquire(limit, timeout)
+                    held.append(limit)
+        except BaseException:
+            for limit in held:
+                limit.release()
+            raise
+        run = asyncio.ensure_future(_guarded(self._call(tool, arguments)))
+        run.add_done_callback(lambda _: [limit.release() for limit in held])
+        try:
+            done, _ = await asyncio.wait({run}, timeout=timeout)
+        except asyncio.CancelledError:  # the trajectory itself was cancelled
+            run.cancel()
+            raise
+        if run in done:
+            return run.result()
+        run.cancel()  # an async tool may ignore this, and a thread cannot be stopped: both keep their slots
+        self.overrunning += 1
+
+        def ended(finished: asyncio.Future[Any]) -> None:
+            self.overrunning -= 1
+            if not finished.cancelled():
+                finished.exception()  # retrieved: a late failure is not an unhandled-task warning
+
+        run.add_done_callback(ended)
+        raise asyncio.TimeoutError
+
+    async def _acquire(self, limit: asyncio.Semaphore, timeout: float) -> None:
+        """Wait for a slot as long as it takes while the calls holding them run within their time; a
+        wait past ``timeout`` while overrunning calls hold slots is :class:`_NoSlot`."""
+        while True:
+            try:
+                await asyncio.wait_for(limit.acquire(), timeout)
+                return
+            except asyncio.TimeoutError:
+                if self.overrunning:
+                    raise _NoSlot(
+                        f"waiting for a free slot: {self.overrunning} earlier calls are still running past their timeout"
+                    ) from None
 
     async def _call(self, tool: Tool, arguments: dict[str, Any]) -> Any:
         try:
@@ -197,7 +272,8 @@ class ToolExecutor:
             self._loop = loop
             self._global = asyncio.Semaphore(self.config.max_concurrency)
             self._per_tool.clear()
-            self._cache = {k: t for k, t in self._cache.items() if t.done()}
+            self._in_flight.clear()
+            self.overrunning = 0
 
     def _limits(self, tool: Tool) -> tuple[asyncio.Semaphore | None, asyncio.Semaphore]:
         assert self._global is not None, "run_one binds the loop first"
@@ -219,15 +295,33 @@ class _OwnTimeout(Exception):
     """Carries a TimeoutError the tool raised itself, so it is not mistaken for the executor's timeout."""
 
 
-class _NoLimit:
-    async def __aenter__(self) -> None:
-        return None
-
-    async def __aexit__(self, *exc: object) -> None:
-        return None
+class _Raised(Exception):
+    """Carries a ``BaseException`` a tool raised (``SystemExit``, ``KeyboardInterrupt``, its own
+    ``CancelledError``), which would otherwise end the task, the event loop or the process."""
 
 
-_NO_LIMIT = _NoLimit()
+class _NoSlot(Exception):
+    """No slot came free within the call's timeout while overrunning calls held slots."""
+
+
+async def _guarded(call: Coroutine[Any, Any, Any]) -> Any:
+    """``await call``, with anything but the cancellation of this task turned into :class:`_Raised`."""
+    task = asyncio.current_task()
+    try:
+        return await call
+    except asyncio.CancelledError as exc:
+        if task is not None and _cancel_requested(task):
+            raise
+        raise _Raised() from exc
+    except Exception:
+        raise
+    except BaseException as exc:
+        raise _Raised() from exc
+
+
+def _cancel_requested(task: asyncio.Task[Any]) -> bool:
+    cancelling: Callable[[], int] | None = getattr(task, "cancelling", None)  # Python 3.11+
+    return True if cancelling is None else cancelling() > 0
 
 
 def _schema_problem(tool: Tool, arguments: Any) -> str | None:
@@ -258,8 +352,6 @@ async def _in_thread(fn: Any, arguments: dict[str, Any], name: str) -> Any:
     context = contextvars.copy_context()
 
     def settle(ok: bool, value: Any) -> None:
-        if future.done():  # cancelled at the timeout: the late answer is dropped
-            return
         if ok:
             future.set_result(value)
         else:
@@ -271,7 +363,9 @@ async def _in_thread(fn: Any, arguments: dict[str, Any], name: str) -> Any:
         except Exception as exc:  # handed to the awaiting coroutine, which turns it into a result
             ok, value = False, exc
         except BaseException as exc:  # sys.exit() in a tool must not end the run
-            ok, value = False, RuntimeError(f"the tool raised {exc!r}")
+            wrapped = _Raised()
+            wrapped.__cause__ = exc
+            ok, value = False, wrapped
         try:
             loop.call_soon_threadsafe(settle, ok, value)
         except RuntimeError:  # the loop closed while the tool ran
@@ -281,4 +375,13 @@ async def _in_thread(fn: Any, arguments: dict[str, Any], name: str) -> Any:
     # runs (about 1 ms each under load, measured in benchmarks/loop_scheduling.py); these threads are
     # not joined at exit either, like daemon threads.
     _thread.start_new_thread(work, ())
-    return await future
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        # Cancelled at the timeout: the thread cannot be stopped, so this call (and its slots) ends when
+        # the thread does, and its late answer is dropped. Cancelled again (the loop shutting down): now.
+        try:
+            await asyncio.shield(future)
+        except BaseException:
+            pass
+        raise

@@ -6,6 +6,10 @@ tokens come from :class:`~rlfcore.sequences.SequenceBuilder`, so history is neve
 sanity check compares the finished sequence with a full rendering and records where the template
 breaks the prefix property (Qwen3's drops earlier ``<think>`` blocks). Trajectories run concurrently;
 a trajectory waiting on a tool never holds up another's generation.
+
+An observation may instead be raw text that continues the assistant's turn (:func:`continuation`,
+Search-R1's ``<information>`` block after a stop at ``</search>``): it is encoded on its own, and
+the assistant message grows by the generated and the observed text.
 """
 
 from __future__ import annotations
@@ -46,6 +50,8 @@ class Trajectory:
     tool_calls: int = 0
     tool_errors: int = 0
     tool_error_kinds: dict[str, int] = field(default_factory=dict)
+    tool_tracebacks: list[dict[str, Any]] = field(default_factory=list)
+    """Where failing tools raised (turn, call id, tool, traceback), for their authors; the model saw only the message."""
     stop_reason: StopReason = "answer"
     truncated: bool = False
     error: str | None = None
@@ -132,22 +138,24 @@ class Rollout:
             id=traj_id, row_id=row.id, env=env, messages=messages, ground_truth=row.ground_truth, extra=row.extra
         )
         try:
-            await self._turns(traj, row)
-            if self.cfg.check_template and traj.response_ids:
+            continued = await self._turns(traj, row)
+            # Raw continuations are encoded piece by piece, not as a rendering of the messages.
+            if self.cfg.check_template and traj.response_ids and not continued:
                 traj.template_mismatch = self.check_template(traj)
         except Exception as exc:  # an engine or plugin failure ends this trajectory only
             traj.stop_reason = "error"
             traj.error = f"{type(exc).__name__}: {exc}"
         return traj
 
-    async def _turns(self, traj: Trajectory, row: Row) -> None:
+    async def _turns(self, traj: Trajectory, row: Row) -> bool:
+        """The turns of one trajectory; True when an observation continued the assistant's turn."""
         tools = self.runtime.tools_for(traj.env)
         schemas = [t.schema() for t in tools.values()]
         traj.prompt_ids = self.seq.prompt_ids(traj.messages, schemas)
         if len(traj.prompt_ids) >= self.cfg.max_total_tokens:
             traj.stop_reason, traj.truncated = "max_total_tokens", True
             traj.error = f"prompt has {len(traj.prompt_ids)} tokens, rollout.max_total_tokens is {self.cfg.max_total_tokens}"
-            return
+            return False
         eos = set(self.tok.eos_token_ids)
         ctx = TurnContext(
             sample_id=traj.id,
@@ -161,6 +169,9 @@ class Rollout:
             row=row.raw,
             runtime=self.runtime,
         )
+        inline: str | None = None
+        """The assistant turn's text so far while observations continue it, else None."""
+        continued = False
         for turn in range(self.cfg.max_turns):
             ctx.turn = turn
             room_response = self.cfg.max_response_tokens - len(traj.response_ids)
@@ -169,7 +180,7 @@ class Rollout:
             if budget <= 0:
                 traj.stop_reason = "max_response_tokens" if room_response <= room_total else "max_total_tokens"
                 traj.truncated = True
-                return
+                return continued
             params = SamplingParams.from_config(self.cfg.sampling, self.tok.eos_token_ids)
             params.max_tokens = budget
             if self.seed is not None:  # one seed per sample and turn: a group must not repeat itself
@@ -183,43 +194,59 @@ class Rollout:
             traj.logprobs += gen.logprobs if gen.logprobs is not None else [0.0] * len(gen.token_ids)
             body = gen.token_ids[:-1] if gen.token_ids and gen.token_ids[-1] in eos else gen.token_ids
             text = self.tok.decode(body)
+            if inline is not None:  # the turn an observation continued: one assistant message grows
+                traj.messages.pop()
             if gen.finish_reason == "length":
-                traj.messages.append({"role": "assistant", "content": text})
+                traj.messages.append({"role": "assistant", "content": text if inline is None else inline + text})
                 traj.truncated = True
                 traj.stop_reason = "max_total_tokens" if budget == room_total else "max_response_tokens"
-                return
+                return continued
             calls = await call_first(self.runtime.impls("parse_tool_calls", traj.env), text=text, ctx=ctx) or []
-            traj.messages.append(_assistant_message(text, calls, self.reasoning))
+            message = _assistant_message(text, calls, self.reasoning)
+            if inline is not None:
+                message["content"] = inline + text
+            traj.messages.append(message)
             if not calls:
                 traj.stop_reason = "answer" if traj.tool_calls else "no_tool_call"
-                return
+                return continued
             if self.cfg.unreadable_calls == "stop" and any(c.error for c in calls):
                 traj.stop_reason = "unreadable_call"  # as verl's and TRL's tool loops end such a turn
-                return
+                return continued
             if turn == self.cfg.max_turns - 1:
                 traj.stop_reason = "max_turns"
-                return
+                return continued
             results = await self._invoke(calls, ctx, traj)
             observation = await call_first(self.runtime.impls("build_observation", traj.env), results=results, ctx=ctx)
             observation = observation or []
-            drop, obs_ids = self.seq.context_ids(
-                traj.prompt_ids + traj.response_ids, traj.messages, traj.messages + observation, schemas
-            )
+            raw = _continuation_text(observation)
+            if raw is not None:  # raw text in the same turn; a generated end-of-turn token goes
+                drop, obs_ids = int(bool(gen.token_ids) and gen.token_ids[-1] in eos), self.tok.encode(raw)
+            else:
+                drop, obs_ids = self.seq.context_ids(
+                    traj.prompt_ids + traj.response_ids, traj.messages, traj.messages + observation, schemas
+                )
             if drop > len(gen.token_ids):
                 raise RuntimeError(f"the token builder dropped {drop} tokens, more than the {len(gen.token_ids)} just generated")
             kept = len(traj.response_ids) - drop
             if kept + len(obs_ids) > self.cfg.max_response_tokens:
                 traj.stop_reason, traj.truncated = "max_response_tokens", True
-                return
+                return continued
             if len(traj.prompt_ids) + kept + len(obs_ids) > self.cfg.max_total_tokens:
                 traj.stop_reason, traj.truncated = "max_total_tokens", True
-                return
-            traj.messages.extend(observation)
+                return continued
+            if raw is not None:
+                inline = (inline or "") + text + raw
+                traj.messages[-1] = {"role": "assistant", "content": inline}  # the model wrote plain text, no call record
+                continued = True
+            else:
+                traj.messages.extend(observation)
+                inline = None
             del traj.response_ids[kept:], traj.response_mask[kept:], traj.logprobs[kept:]
             traj.response_ids += obs_ids
             traj.response_mask += [0] * len(obs_ids)
             traj.logprobs += [0.0] * len(obs_ids)
         traj.stop_reason = "max_turns"
+        return continued
 
     async def _invoke(self, calls: list[ToolCall], ctx: TurnContext, traj: Trajectory) -> list[ToolResult]:
         t0 = time.perf_counter()
@@ -233,6 +260,8 @@ class Rollout:
             if r.error:
                 traj.tool_errors += 1
                 traj.tool_error_kinds[r.error] = traj.tool_error_kinds.get(r.error, 0) + 1
+            if r.traceback:
+                traj.tool_tracebacks.append({"turn": ctx.turn, "call_id": r.call_id, "tool": r.name, "traceback": r.traceback})
         return results
 
     def check_template(self, traj: Trajectory) -> str | None:
@@ -253,6 +282,27 @@ class Rollout:
         if where is not None and differs_in_reasoning_only(self.tok.decode(seq), self.tok.decode(full)):
             return f"{REASONING_DROPPED} (the template leaves earlier <think> blocks out; the rollout keeps them): {where}"
         return where
+
+
+def continuation(text: str) -> Message:
+    """An observation that continues the assistant's turn with raw ``text`` (loss mask 0).
+
+    Returned alone by ``build_observation``: the text is encoded on its own and appended right after
+    the generated tokens (an end-of-turn token the model generated is dropped first), no chat
+    template is applied, and the next generation resumes after it. Search-R1's ``<information>``
+    block reaches the model this way; pair it with ``rollout.sampling.stop`` so a turn ends where the
+    observation belongs.
+    """
+    return {"role": "assistant", "content": text, "continuation": True}
+
+
+def _continuation_text(observation: list[Message]) -> str | None:
+    marked = [m for m in observation if m.get("continuation")]
+    if not marked:
+        return None
+    if len(observation) != 1 or observation[0].get("role") != "assistant":
+        raise ValueError("a continuation must be the only message of an observation, with role 'assistant'")
+    return str(observation[0].get("content") or "")
 
 
 def _assistant_message(text: str, calls: list[ToolCall], reasoning: bool = False) -> Message:

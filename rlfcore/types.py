@@ -37,6 +37,8 @@ class ToolResult:
     content: str
     error: ToolErrorKind | None = None
     latency_s: float = 0.0
+    traceback: str | None = None
+    """Where a failing tool raised, for its author (``rlf --debug``, the trajectory record); never shown to the model."""
 
     @property
     def ok(self) -> bool:

@@ -1,6 +1,20 @@
 """Plugin sources shared by tests; a plain module (not conftest) so Ray workers can import it too."""
 
-from rlfcore.backends.verl.gpu_check import PLUGIN as ADDER_PLUGIN  # noqa: F401  (re-exported for tests)
+ADDER_PLUGIN = '''
+from rlfcore import hookimpl
+from rlfcore.tools import tool
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+@hookimpl
+def register_tools(ctx):
+    return [add]
+'''
 
 # ADDER_PLUGIN: a local plugin file with one tool (`add`), for tests that need a tool but not a
 # particular plugin; the GPU check ships the same one.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -17,7 +18,7 @@ def test_loop_scheduling_runs_small_and_writes_its_figures(tmp_path):
     args = ["--trajectories", "8", "--turns", "2", "--calls", "3", "--gen-latency", "0.01", "--seed", "3", "--out", str(out)]
     proc = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "loop_scheduling.py"), *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=60,
+        cwd=ROOT, capture_output=True, text=True, timeout=240,
     )
     assert proc.returncode == 0, proc.stderr
     assert "rlf loop" in proc.stdout and "batch-synchronous" in proc.stdout and "ideal bound" in proc.stdout
@@ -31,7 +32,13 @@ def test_loop_scheduling_runs_small_and_writes_its_figures(tmp_path):
     assert ideal >= 2 * 0.01 + result["tool_latency_s"]["max"] - 1e-9
     for key in ("rlf_loop_s", "rlf_loop_async_tool_s", "batch_sync_s"):
         assert result[key] >= 0.95 * ideal, key
-    assert result["verl_tool_agent_loop"] is None and "skipped" in result["verl_tool_agent_loop_reason"]
+    verl = result["verl_tool_agent_loop"]
+    if importlib.util.find_spec("verl") is None:
+        assert verl == {"skipped": "verl not installed"} and "verl ToolAgentLoop skipped" in proc.stdout
+    else:  # verl's real worker and loop over the same latencies: no faster than the bound either
+        assert verl["wall_s"] >= 0.95 * ideal and verl["async_tool_wall_s"] >= 0.95 * ideal
+        assert verl["framework_cpu"]["tool_calls"] == 24 and verl["framework_cpu"]["cpu_s"] > 0
+        assert "verl ToolAgentLoop CPU" in proc.stdout
     cpu = result["framework_cpu"]
     assert cpu["tool_calls"] == 8 * 1 * 3 and cpu["turns"] == 8 * 2
     assert cpu["cpu_s"] > 0 and cpu["cpu_per_tool_call_s"] == cpu["cpu_s"] / 24

@@ -188,3 +188,16 @@ def test_one_engine_serves_successive_event_loops():
 
         runs = [asyncio.run(rollout()) for _ in range(2)]
     assert [g.token_ids for g in runs] == [[6, 7], [6, 7]]
+
+
+async def test_stop_strings_are_sent_and_a_stop_string_stop_appends_nothing():
+    with CompletionsServer() as server:
+        engine = engine_for(server)
+        await engine.generate([40], SamplingParams(max_tokens=3, stop=["</search>"]))
+        await engine.close()
+    assert server.requests[0]["stop"] == ["</search>"] and server.requests[0]["include_stop_str_in_output"] is True
+    params = SamplingParams(max_tokens=10, stop_token_ids=[299], stop=["</search>"])
+    for key in ("stop_reason", "matched_stop"):  # vLLM's and SGLang's names for the string that matched
+        choice = {"finish_reason": "stop", key: "</search>", "token_ids": [41, 42], "logprobs": {"token_logprobs": [-0.1, -0.2]}}
+        gen = parse_choice(choice, params, ByteChatTokenizer())
+        assert gen.token_ids == [41, 42] and gen.logprobs == [-0.1, -0.2] and gen.finish_reason == "stop"

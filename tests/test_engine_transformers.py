@@ -248,3 +248,25 @@ async def test_threads_apply_while_decoding_and_are_restored(model):
         assert torch.get_num_threads() == before
     finally:
         hook.remove()
+
+
+async def test_stop_string_ends_generation_at_the_token_that_completes_it(model):
+    """A stop string spanning two generated tokens ends the row at the second (kept, no EOS added);
+    a row without stop strings in the same batch runs on."""
+    from rlfcore.chat import ByteChatTokenizer
+
+    tok = ByteChatTokenizer()
+    free = hf_greedy(model, PROMPTS[1], 12)
+    text = [tok.decode([t]) for t in free]
+    k = next(i for i in range(2, 11) if text[i] and text[i + 1] and text[i] + text[i + 1] not in "".join(text[:i]))
+    stop = text[k] + text[k + 1]
+    engine = TransformersEngine(model, tokenizer=tok)
+    stopped, other = await asyncio.gather(
+        engine.generate(PROMPTS[1], SamplingParams(temperature=0.0, max_tokens=12, stop=[stop, "never-generated"])),
+        engine.generate(PROMPTS[0], GREEDY),
+    )
+    assert stopped.finish_reason == "stop" and stopped.token_ids == free[: k + 2]
+    assert stop in tok.decode(stopped.token_ids) and stop not in tok.decode(stopped.token_ids[:-1])
+    assert other.token_ids == hf_greedy(model, PROMPTS[0], 12) and other.finish_reason == "length"
+    with pytest.raises(ValueError, match="stop strings .* need the engine's tokenizer"):
+        await TransformersEngine(model).generate(PROMPTS[0], SamplingParams(max_tokens=3, stop=["x"]))

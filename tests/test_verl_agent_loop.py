@@ -106,6 +106,38 @@ def test_agent_loop_through_verls_worker(plan):
     assert len(client.turns) == n and all(v == 2 for v in client.turns.values())
 
 
+def test_weight_versions_reach_verls_trainer(plan):
+    """verl's default trainer (``use_v1``) stacks ``min_global_steps``/``max_global_steps`` from every
+    trajectory's ``extra_fields`` as ints; a loop that drops them crashes it at the end of step 1.
+    Here verl's real ``LLMServerClient`` stamps the versions of a server whose weights moved between
+    the two turns: the trajectory starts at version 3 and ends at 4."""
+    import numpy as np
+
+    import rlfcore.backends.verl.plugin  # noqa: F401
+    from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
+    from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
+    from verl.workers.rollout.llm_server import LLMServerClient
+
+    from verl_support import InProcessLoadBalancer, ScriptedVllmServer
+
+    cfg = plan.config
+
+    async def scenario():
+        reward_worker = RewardLoopWorker(cfg)
+        worker = AgentLoopWorker(cfg, llm_client=None, reward_loop_worker_handles=[_InProcessRewardHandle(reward_worker)])
+        server = ScriptedVllmServer(worker.tokenizer, versions=(3, 4))
+        worker.llm_client = LLMServerClient(cfg, load_balancer_handle=InProcessLoadBalancer(server))
+        return await worker.generate_sequences(_batch(plan, worker.tokenizer))
+
+    out = asyncio.run(scenario())
+    extra = out.non_tensor_batch
+    # what verl/trainer/ppo/v1/trainer_base.py does with them
+    assert np.array(extra["min_global_steps"].tolist(), dtype=int).tolist() == [3] * 8
+    assert np.array(extra["max_global_steps"].tolist(), dtype=int).tolist() == [4] * 8
+    assert all(trace["tool_calls"] == 1 for trace in extra["rlf"])
+    assert sorted(extra["score"].tolist()) == [0.0] * 4 + [1.0] * 4
+
+
 def test_reward_without_trace_names_the_problem():
     from rlfcore.backends.verl.reward import compute_score
 

@@ -39,7 +39,8 @@ def test_translation_passes_verls_validation(tmp_path):
     actor, rollout = c.actor_rollout_ref.actor, c.actor_rollout_ref.rollout
     assert c.algorithm.adv_estimator == "grpo"
     assert (rollout.n, rollout.multi_turn.max_assistant_turns, rollout.multi_turn.enable) == (8, 6, True)
-    assert (rollout.prompt_length, rollout.response_length) == (2048, 4096)
+    # the loop keeps prompt + response within max_total_tokens itself; verl pads to the widest each can be
+    assert (rollout.prompt_length, rollout.response_length) == (6143, 4096)
     assert (rollout.temperature, rollout.top_p, rollout.calculate_log_probs) == (0.9, 0.95, True)
     assert rollout.agent.default_agent_loop == "rlf_agent"
     assert (rollout.name, rollout.tensor_model_parallel_size) == ("sglang", 2)
@@ -85,7 +86,16 @@ def test_verl_rejections_name_the_setting(tmp_path, raw, message):
 
 @pytest.mark.parametrize(
     "override, message",
-    [("trainer.lr_schedule=linear", "lr_schedule"), ("rollout.max_total_tokens=4096", "max_total_tokens")],
+    [
+        ("trainer.lr_schedule=linear", "trainer.lr_schedule: .* set it to constant or cosine"),
+        ("trainer.turn_advantage=return_to_go", "trainer.turn_advantage: .* set trainer.turn_advantage=outcome"),
+        ("trainer.micro_batch_tokens=1000", r"trainer.micro_batch_tokens \(1000\).* at least rollout.max_total_tokens \(6144\)"),
+        ("trainer.device=cpu", "trainer.device"),
+        ("rollout.sampling.seed=3", "rollout.sampling.seed"),
+        ("rollout.concurrency=8", "rollout.concurrency"),
+        ("engine.name=openai", "engine.name"),
+        ("rollout.max_total_tokens=1", "rollout.max_total_tokens"),
+    ],
 )
 def test_untranslatable_settings_are_errors(tmp_path, override, message):
     from rlfcore.backends.verl.hydra import TranslationError
@@ -93,6 +103,82 @@ def test_untranslatable_settings_are_errors(tmp_path, override, message):
 
     with pytest.raises(TranslationError, match=message):
         prepare(_run(tmp_path), [override], [], tmp_path / "o")
+
+
+def test_every_refused_setting_is_named_at_once(tmp_path):
+    from rlfcore.backends.verl.hydra import TranslationError
+    from rlfcore.backends.verl.launch import prepare
+
+    with pytest.raises(TranslationError) as err:
+        prepare(_run(tmp_path), ["trainer.lr_schedule=linear", "engine.base_url=http://x/v1", "rollout.sampling.seed=1"], [], tmp_path / "o")
+    text = str(err.value)
+    assert all(name in text for name in ("trainer.lr_schedule", "engine.base_url", "rollout.sampling.seed"))
+
+
+def test_a_group_mode_judge_is_refused(tmp_path):
+    pytest.importorskip("rlf_judge_qwq")
+    from rlfcore.backends.verl.hydra import TranslationError
+    from rlfcore.backends.verl.launch import prepare
+
+    config = _run(tmp_path)
+    text = config.read_text().replace("local_plugins: [adder.py]", "plugins: [judge-qwq]\nlocal_plugins: [adder.py]\nenvs: {qa: [adder, judge-qwq]}")
+    config.write_text(text.replace("eval: data.jsonl}", "eval: data.jsonl, default_env: qa}"))
+    assert prepare(config, [], [], tmp_path / "ok").config is not None  # pointwise (the default) runs
+    with pytest.raises(TranslationError, match="judge-qwq.mode .*set judge-qwq.mode=pointwise"):
+        prepare(config, ["judge-qwq.mode=group"], [], tmp_path / "o")
+
+
+def test_settings_without_a_verl_default_map(tmp_path):
+    from rlfcore.backends.verl.launch import prepare
+
+    overrides = ["trainer.micro_batch_tokens=8192", "trainer.bf16=false", "model.dtype=bfloat16", "engine.max_batch_size=48",
+                 "trainer.samples_per_step=2", "rollout.max_response_tokens=9000"]
+    plan = prepare(_run(tmp_path), overrides, [], tmp_path / "o", resume=True)
+    c = plan.config
+    actor, rollout = c.actor_rollout_ref.actor, c.actor_rollout_ref.rollout
+    assert actor.use_dynamic_bsz is True and actor.ppo_max_token_len_per_gpu == 8192
+    assert rollout.log_prob_use_dynamic_bsz is True and c.actor_rollout_ref.ref.log_prob_max_token_len_per_gpu == 8192
+    assert actor.fsdp_config.dtype == rollout.dtype == "float32" and actor.fsdp_config.model_dtype == "bf16"
+    assert rollout.max_num_seqs == 48 and (rollout.seed, actor.fsdp_config.seed) == (7, 7)
+    assert c.trainer.rollout_data_dir == str((tmp_path / "o" / "samples").resolve())
+    assert c.trainer.resume_mode == "auto"
+    assert (rollout.prompt_length, rollout.response_length) == (6143, 6143)  # max_total_tokens caps the response
+
+
+def test_examples_translate_unchanged(tmp_path):
+    """Every example config runs with --backend verl as it is; what verl does not use is named."""
+    from rlfcore.backends.verl.launch import prepare
+
+    examples = sorted((Path(__file__).resolve().parents[1] / "examples").glob("*/run.yaml"))
+    assert examples
+    for config in examples:
+        plan = prepare(config, [], [], tmp_path / config.parent.name)
+        assert plan.config.actor_rollout_ref.rollout.agent.default_agent_loop == "rlf_agent"
+        if "calculator" in str(config):
+            # sft.data is set: verl trains from rlf's warm start; engine.threads is named as unused
+            assert plan.sft_model == (tmp_path / "calculator" / "checkpoints" / "sft" / "model").resolve()
+            assert plan.config.actor_rollout_ref.model.path == str(plan.sft_model)
+            assert any(line.startswith("engine.threads: not used by verl") for line in plan.notices)
+            assert plan.config.data.max_prompt_length + 1 == 512
+
+
+def test_every_rlf_setting_is_in_the_verl_table():
+    """No silent drops: each core setting is in docs/verl.md, mapped, run by rlf inside verl, or refused."""
+    from pydantic import BaseModel
+
+    from rlfcore.config import RunConfig
+
+    def keys(model: type[BaseModel], prefix: str = ""):
+        for name, field in model.model_fields.items():
+            sub = field.annotation
+            if isinstance(sub, type) and issubclass(sub, BaseModel) and name != "init":
+                yield from keys(sub, f"{prefix}{name}.")
+            else:
+                yield f"{prefix}{name}"
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "verl.md").read_text()
+    missing = [k for k in keys(RunConfig) if f"`{k}`" not in doc]
+    assert not missing, f"docs/verl.md does not say what verl does with: {missing}"
 
 
 def test_parquet_layout_and_round_trip(tmp_path):

@@ -54,3 +54,57 @@ class ScriptedServerClient:
             text = str(n + 1) if n % 2 == 0 else "no idea"  # odd rows answer wrongly: reward 0
         ids = self.tokenizer.encode(text + "<|im_end|>", add_special_tokens=False)
         return TokenOutput(token_ids=ids, log_probs=[LOGPROB] * len(ids), stop_reason="completed")
+
+
+class _Remote:
+    """``handle.method.remote(...)`` for an in-process callable, as verl calls its Ray actors."""
+
+    def __init__(self, fn: Any):
+        self.fn = fn
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+
+class ScriptedVllmServer:
+    """Stands in for verl's vLLM server actor (``vLLMHttpServer.generate``) behind verl's real
+    ``LLMServerClient``: a tool call first, then the row's answer (odd rows answer wrongly).
+
+    Like the real server it stamps ``extra_fields["global_steps"]``, the weight version it sampled
+    with; ``versions`` gives that version per turn, so a test can play a weight update between turns.
+    """
+
+    def __init__(self, tokenizer: Any, versions: tuple[int, int] = (3, 4)):
+        self.tokenizer = tokenizer
+        self.versions = versions
+        self.generate = _Remote(self._generate)
+
+    async def _generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any], **kwargs: Any):
+        from verl.workers.rollout.replica import TokenOutput
+
+        prompt = self.tokenizer.decode(prompt_ids)
+        turn = 1 if "<tool_response>" in prompt else 0
+        if turn == 0:
+            text = CALL
+        else:
+            n = int(prompt.split("What is ")[1].split(" ")[0])
+            text = str(n + 1) if n % 2 == 0 else "no idea"
+        ids = self.tokenizer.encode(text + "<|im_end|>", add_special_tokens=False)
+        return TokenOutput(token_ids=ids, log_probs=[LOGPROB] * len(ids), stop_reason="completed",
+                           extra_fields={"global_steps": self.versions[turn]})
+
+
+class InProcessLoadBalancer:
+    """verl's global load balancer actor reduced to one in-process server (no Ray)."""
+
+    def __init__(self, server: Any):
+        async def fields() -> list[str]:
+            return []
+
+        async def acquire(request_id: str, **_: Any) -> tuple[str, Any]:
+            return "server-0", server
+
+        self.require_acquire_fields = _Remote(fields)
+        self.require_release_fields = _Remote(fields)
+        self.acquire_server = _Remote(acquire)
+        self.release_server = _Remote(lambda **_: None)

@@ -21,7 +21,7 @@ def _transformers(config: RunConfig, tokenizer: ChatTokenizer) -> Engine:
         raise ValueError("engine 'transformers' needs model.path: a local model folder")
     return TransformersEngine.from_pretrained(
         config.model.path, device=config.engine.device, dtype=config.model.dtype,
-        max_batch_size=config.engine.max_batch_size, threads=config.engine.threads,
+        max_batch_size=config.engine.max_batch_size, threads=config.engine.threads, tokenizer=tokenizer,
     )
 
 

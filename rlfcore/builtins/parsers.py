@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Iterator
+from typing import Any
 
 from rlfcore.context import SetupContext, TurnContext
 from rlfcore.hookspecs import hookimpl
@@ -24,8 +24,21 @@ LLAMA_END_TOKENS = ("<|eom_id|>", "<|eot_id|>")
 # strict=False: models write real newlines and tabs inside argument strings (code, multi-line text).
 _DECODER = json.JSONDecoder(strict=False)
 _FENCE_OPEN = re.compile(r"```[A-Za-z0-9_-]*")
-_FENCED = re.compile(r"```[A-Za-z0-9_-]*\s*(.*?)\s*```", re.DOTALL)
 _NAME_HINT = re.compile(r'"name"\s*:\s*"([^"\\]*)"')
+_SPACE = re.compile(r"\s*")
+# A JSON string (possibly unclosed at the end) in the unrolled form, which never backtracks.
+_STRING = r'"[^"\\]*(?:\\.[^"\\]*)*"?'
+_JSON_TOKEN = re.compile(_STRING + r'|[\[\]{}]|[^\s\[\]{},:"0-9A-Za-z+.\-]', re.DOTALL)
+_SCALAR = re.compile(r"[-+.0-9A-Za-z]*")
+_PART = re.compile(f'(?:[^";]+|{_STRING})*', re.DOTALL)
+_SEPARATORS = re.compile(r"[\s;]*")
+_STRING_OR_TRAILING_COMMA = re.compile(f"({_STRING})|,(?=\\s*[}}\\]])", re.DOTALL)
+MAX_CALLS = 100
+"""Calls read from one message; the rest of the text is one more, error call. Each call costs an
+executor run and a result in the prompt, so an unbounded count is a cost the model could run up."""
+MAX_DEPTH = 100
+"""Arrays and objects nested deeper than this in a call are an error call: the model's arguments are
+rendered, validated and serialised recursively downstream, and deep ones would overflow the stack."""
 
 
 class _Unreadable(ValueError):
@@ -45,15 +58,33 @@ def parse_hermes(text: str) -> list[ToolCall]:
     Text outside the calls is the message content: ``raw`` spans the tags.
     """
     calls: list[ToolCall] = []
+    closes = _NextClose(text)
     pos = text.find(OPEN)
     while pos != -1:
-        call, end = _read_tagged(text, pos)
+        if len(calls) == MAX_CALLS:
+            calls.append(_too_many(text[pos:]))
+            break
+        call, end = _read_tagged(text, pos, closes)
         calls.append(call)
         pos = text.find(OPEN, end)
     return _numbered(calls)
 
 
-def _read_tagged(text: str, start: int) -> tuple[ToolCall, int]:
+class _NextClose:
+    """The first ``</tool_call>`` at or after a position that only grows: the text is searched once
+    overall, not once per ``<tool_call>`` (which made many unclosed tags quadratic)."""
+
+    def __init__(self, text: str):
+        self.text = text
+        self.at = -2  # not searched yet
+
+    def after(self, i: int) -> int:
+        if self.at == -2 or (self.at != -1 and self.at < i):
+            self.at = self.text.find(CLOSE, i)
+        return self.at
+
+
+def _read_tagged(text: str, start: int, closes: _NextClose) -> tuple[ToolCall, int]:
     """The call opened at ``start`` and the index just past it."""
     body = start + len(OPEN)
     exact = _read_object_in_tag(text, body)
@@ -61,7 +92,7 @@ def _read_tagged(text: str, start: int) -> tuple[ToolCall, int]:
         obj, end = exact
         return _to_call(obj, text[start:end]), end
     # Not a clean JSON object followed by the close tag: delimit the call by the tags instead.
-    close, following = text.find(CLOSE, body), text.find(OPEN, body)
+    close, following = closes.after(body), text.find(OPEN, body)
     if following != -1 and (close == -1 or following < close):
         raw = text[start:following]
         reason = "<tool_call> is not closed by </tool_call> before the next <tool_call>"
@@ -83,9 +114,10 @@ def _read_object_in_tag(text: str, i: int) -> tuple[Any, int] | None:
     if fence:
         i = _skip_space(text, fence.end())
     try:
-        obj, i = _DECODER.raw_decode(text, i)
-    except ValueError:
+        obj, n = _DECODER.raw_decode(text[i : _value_end(text, i)])
+    except (ValueError, RecursionError):
         return None
+    i += n
     i = _skip_space(text, i)
     if fence:
         if not text.startswith("```", i):
@@ -116,7 +148,7 @@ def parse_llama3_json(text: str) -> list[ToolCall]:
     if not tagged and not text.startswith("{", lead):
         return []
     stop = _end_before_stop_tokens(text)
-    parts = _split_unquoted(text, lead + len(PYTHON_TAG) if tagged else lead, stop, ";")
+    parts = _split_calls(text, lead + len(PYTHON_TAG) if tagged else lead, stop)
     if not parts:
         return _numbered([_error("", f"nothing follows {PYTHON_TAG}", text[lead:stop])])
     calls: list[ToolCall] = []
@@ -125,6 +157,9 @@ def parse_llama3_json(text: str) -> list[ToolCall]:
         raw_end = stop if k == len(parts) - 1 else end  # the last call takes a trailing ";"
         raw = text[raw_start:raw_end]
         raw_start = raw_end
+        if k == MAX_CALLS:
+            calls.append(_too_many(raw))
+            break
         try:
             obj = _load(text[start:end])
         except _Unreadable as exc:
@@ -144,16 +179,16 @@ def _end_before_stop_tokens(text: str) -> int:
     return stop
 
 
-def _split_unquoted(text: str, start: int, stop: int, sep: str) -> list[tuple[int, int]]:
-    """Spans of ``text[start:stop]`` between ``sep`` characters outside JSON strings, whitespace
-    trimmed, blank ones dropped."""
-    cuts = [i for i, ch in _unquoted(text, start, stop) if ch == sep]
-    spans = []
-    for a, b in zip([start - 1, *cuts], [*cuts, stop]):
-        a = _skip_space(text, a + 1)
-        b = len(text[:b].rstrip())
-        if a < b:
-            spans.append((a, b))
+def _split_calls(text: str, start: int, stop: int) -> list[tuple[int, int]]:
+    """Spans of ``text[start:stop]`` between ``;`` characters outside JSON strings, whitespace
+    trimmed, blank ones dropped; past :data:`MAX_CALLS` spans, the rest is one more span."""
+    spans: list[tuple[int, int]] = []
+    pos = _SEPARATORS.match(text, start, stop).end()
+    while pos < stop:
+        end = stop if len(spans) == MAX_CALLS else _PART.match(text, pos, stop).end()
+        part = text[pos:end]  # the parts are disjoint, so slicing them stays linear overall
+        spans.append((pos, end - (len(part) - len(part.rstrip()))))
+        pos = _SEPARATORS.match(text, end, stop).end()
     return spans
 
 
@@ -162,22 +197,30 @@ def _split_unquoted(text: str, start: int, stop: int, sep: str) -> list[tuple[in
 
 def _load(body: str) -> Any:
     """The JSON value of one call's text, after the tolerated repairs, or :class:`_Unreadable`."""
-    s = body.strip()
-    fenced = _FENCED.fullmatch(s)
-    if fenced:
-        s = fenced.group(1)
+    s = _unfenced(body.strip())
     if not s:
         raise _Unreadable("the tool call is empty")
     try:
         return _DECODER.decode(s)
+    except RecursionError:
+        raise _Unreadable(f"the tool call nests arrays or objects more than {MAX_DEPTH} deep") from None
     except ValueError as exc:
         repaired = _drop_trailing_commas(s)
         if repaired != s:
             try:
                 return _DECODER.decode(repaired)
-            except ValueError:
+            except (ValueError, RecursionError):
                 pass
         raise _Unreadable(f"the tool call is not valid JSON ({exc})") from None
+
+
+def _unfenced(s: str) -> str:
+    """``s`` without a code fence around it (```` ```json ... ``` ````), by index: a regex with lazy
+    and greedy runs of whitespace backtracked cubically on an unclosed fence."""
+    fence = _FENCE_OPEN.match(s)
+    if fence is None or not s.endswith("```") or len(s) - 3 < fence.end():
+        return s
+    return s[fence.end() : len(s) - 3].strip()
 
 
 def _to_call(obj: Any, raw: str) -> ToolCall:
@@ -196,11 +239,39 @@ def _to_call(obj: Any, raw: str) -> ToolCall:
     if isinstance(args, str):
         try:
             args = _DECODER.decode(args) if args.strip() else {}
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             return _error(name, f'"{key}" is a string that is not valid JSON ({exc})', raw)
     if not isinstance(args, dict):
         return _error(name, f'"{key}" must be a JSON object, got {_kind(args)}', raw)
+    problem = _unusable([name, args])
+    if problem is not None:
+        return _error(_name_hint(raw), problem, raw)
     return ToolCall(name=name, arguments=args, raw=raw)
+
+
+def _unusable(obj: Any) -> str | None:
+    """Why a decoded call cannot be passed on, or ``None``: nesting deeper than :data:`MAX_DEPTH`, or a
+    lone surrogate (``"\\ud800"``), which is valid JSON but not Unicode, so it cannot be encoded
+    as UTF-8 for a tool, a server or a results file."""
+    stack = [(obj, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, str):
+            if not value.isascii():
+                try:
+                    value.encode("utf-8")
+                except UnicodeEncodeError as exc:
+                    return f"the tool call holds a lone surrogate (U+{ord(value[exc.start]):04X}), which is not valid Unicode"
+        elif isinstance(value, (dict, list)):
+            if depth > MAX_DEPTH:
+                return f"the tool call nests arrays or objects more than {MAX_DEPTH} deep"
+            items = [*value.keys(), *value.values()] if isinstance(value, dict) else value
+            stack.extend((item, depth + 1) for item in items)
+    return None
+
+
+def _too_many(rest: str) -> ToolCall:
+    return _error("", f"more than {MAX_CALLS} tool calls in one message; the rest was not read", rest)
 
 
 def _error(name: str, reason: str, raw: str) -> ToolCall:
@@ -227,44 +298,40 @@ def _kind(value: Any) -> str:
     return {dict: "object", list: "array", str: "string"}.get(type(value), "number")
 
 
+def _value_end(text: str, i: int) -> int:
+    """An index at or past the end of the JSON value starting at ``i`` (where brackets balance, or
+    where a character that cannot occur outside a string stops it), found without decoding.
+
+    The value is then decoded on its own: a failing decode builds a ``JSONDecodeError`` that counts
+    the lines before its position, so on the whole text each of many unclosed ``<tool_call>`` tags
+    cost time in proportion to how far into the text it was.
+    """
+    if i >= len(text) or text[i] not in '[{"':
+        return _SCALAR.match(text, i).end()
+    depth = 0
+    for m in _JSON_TOKEN.finditer(text, i):
+        ch = text[m.start()]
+        if ch in "[{":
+            depth += 1
+            if depth > MAX_DEPTH + 1:  # too deep to accept anyway; the fallback names the reason
+                return m.end()
+        elif ch in "]}":
+            depth -= 1
+        elif ch != '"':
+            return m.start()
+        if depth <= 0:
+            return m.end()
+    return len(text)
+
+
 def _skip_space(text: str, i: int) -> int:
-    while i < len(text) and text[i].isspace():
-        i += 1
-    return i
-
-
-def _unquoted(text: str, start: int = 0, stop: int | None = None) -> Iterator[tuple[int, str]]:
-    """``(index, char)`` for each character of ``text[start:stop]`` outside JSON string contents
-    (opening quotes included)."""
-    in_string = escaped = False
-    for i in range(start, len(text) if stop is None else stop):
-        ch = text[i]
-        if in_string:
-            if escaped:
-                escaped = False
-            elif ch == "\\":
-                escaped = True
-            elif ch == '"':
-                in_string = False
-        else:
-            in_string = ch == '"'
-            yield i, ch
+    return _SPACE.match(text, i).end()
 
 
 def _drop_trailing_commas(s: str) -> str:
     """``s`` without commas that directly precede ``}`` or ``]`` outside strings: the one repair of
     invalid JSON whose meaning is never in doubt."""
-    drop: set[int] = set()
-    comma: int | None = None
-    for i, ch in _unquoted(s):
-        if ch == ",":
-            comma = i
-        elif ch in "}]" and comma is not None:
-            drop.add(comma)
-            comma = None
-        elif not ch.isspace():
-            comma = None
-    return "".join(ch for i, ch in enumerate(s) if i not in drop)
+    return _STRING_OR_TRAILING_COMMA.sub(lambda m: m.group(1) or "", s)
 
 
 # --- hooks -----------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from rlfcore.cli.train import init_model, rescore, sft, train
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", prog_name="rlf")
-@click.option("--debug", is_flag=True, help="Show full tracebacks of plugin and config errors.")
+@click.option("--debug", is_flag=True, help="Show full tracebacks of plugin and config errors, and of failing tools.")
 @click.pass_context
 def cli(ctx: click.Context, debug: bool) -> None:
     """rlf: reinforcement-learning post-training for LLMs that call tools over many turns.
@@ -24,6 +24,10 @@ def cli(ctx: click.Context, debug: bool) -> None:
     Plugins add tools, tool-call formats and rewards; a YAML config enables them by name.
     """
     ctx.obj = {"debug": debug}
+    if debug:
+        from rlfcore.executor import show_tracebacks
+
+        show_tracebacks()
 
 
 cli.add_command(plugins)

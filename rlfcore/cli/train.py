@@ -85,7 +85,10 @@ def train(
 
         cluster = Cluster(gpus_per_node=gpus_per_node, nodes=nodes, rollout=rollout, ray_address=ray_address,
                           tensor_parallel=tensor_parallel)
-        ctx.exit(verl_main(config_path, list(overrides), raw, _run_path(config_path, run_dir), cluster, dry_run, click.echo))
+        if resume and not run_dir:
+            raise click.UsageError("--resume needs --run-dir: the run to continue")
+        ctx.exit(verl_main(config_path, list(overrides), raw, _run_path(config_path, run_dir), cluster, dry_run, click.echo,
+                           resume))
     if dry_run or raw:
         raise click.UsageError("--dry-run and raw overrides after `--` are for --backend verl")
     if resume and not run_dir:

@@ -24,6 +24,9 @@ class SamplingParams:
     max_tokens: int = 256
     seed: int | None = None
     stop_token_ids: list[int] = field(default_factory=list)
+    stop: list[str] = field(default_factory=list)
+    """Stop strings: generation ends once the generated text contains one (the token that completes
+    it is kept, nothing after it is generated), as Search-R1 stops at ``</search>``."""
 
     @classmethod
     def from_config(cls, cfg: SamplingConfig, stop_token_ids: list[int]) -> SamplingParams:
@@ -34,12 +37,20 @@ class SamplingParams:
             max_tokens=cfg.max_tokens,
             seed=cfg.seed,
             stop_token_ids=list(stop_token_ids),
+            stop=list(cfg.stop),
         )
+
+
+def cut_at_stop(text: str, stop: list[str]) -> int | None:
+    """Where ``text`` ends when generation stops at the earliest-ending of the ``stop`` strings, or None."""
+    ends = [i + len(s) for s in stop if (i := text.find(s)) >= 0]
+    return min(ends) if ends else None
 
 
 @dataclass
 class Generation:
-    """What one generate call produced. ``token_ids`` include the stop token when one was hit."""
+    """What one generate call produced. ``token_ids`` include the stop token when one was hit; after
+    a stop string they end with the token that completed it (no end-of-turn token follows)."""
 
     token_ids: list[int]
     logprobs: list[float] | None

@@ -46,7 +46,9 @@ class OpenAIEngine(Engine):
     versions); the engine then appends it, so ``token_ids`` end with it as :class:`Generation`
     promises: the id the server names in ``stop_reason`` (vLLM) or ``matched_stop`` (SGLang), else the
     tokenizer's first EOS id, else the first of ``params.stop_token_ids`` (with none of these known,
-    the ids stay as sent). Its logprob is unknown and reported as 0.0.
+    the ids stay as sent). Its logprob is unknown and reported as 0.0. A stop on one of
+    ``params.stop`` (sent as ``stop``; the server names the string in ``stop_reason`` or
+    ``matched_stop``) appends nothing: the ids end with the token that completed the string.
     """
 
     def __init__(
@@ -99,6 +101,9 @@ class OpenAIEngine(Engine):
             body["top_k"] = params.top_k
         if params.seed is not None:
             body["seed"] = params.seed
+        if params.stop:
+            body["stop"] = list(params.stop)
+            body["include_stop_str_in_output"] = True  # vLLM: the text keeps the stop string, as the ids do
         body.update(self.extra_body)
         return body
 
@@ -180,7 +185,8 @@ def parse_choice(
     if logprobs is not None and (len(logprobs) != len(ids) or any(x is None for x in logprobs)):
         logprobs = None
     logprobs = [float(x) for x in logprobs] if logprobs is not None else None
-    if finish == "stop":
+    stop_string = next((s for s in (choice.get("stop_reason"), choice.get("matched_stop")) if isinstance(s, str)), None)
+    if finish == "stop" and stop_string is None:
         named = next((s for s in (choice.get("stop_reason"), choice.get("matched_stop")) if _is_id(s)), None)
         eos = list(tokenizer.eos_token_ids) if tokenizer is not None else []
         if not ids or ids[-1] not in {*params.stop_token_ids, *eos, *([named] if named is not None else [])}:

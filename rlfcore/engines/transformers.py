@@ -40,6 +40,21 @@ class _Request:
     generator: torch.Generator | None = None
 
 
+_DTYPES = {"auto": torch.float32, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_dtype(dtype: str) -> torch.dtype:
+    """The torch dtype of ``model.dtype``, one rule for the engine and for training.
+
+    ``auto`` is float32 whatever the checkpoint holds: training needs full-precision weights, and an
+    engine that evaluates a checkpoint then samples with the numerics of the policy that trains from it.
+    """
+    try:
+        return _DTYPES[dtype]
+    except KeyError:
+        raise ValueError(f"model.dtype: {dtype!r} is not one of {', '.join(_DTYPES)}") from None
+
+
 def resolve_device(device: str | torch.device) -> torch.device:
     """``auto`` is the first GPU when there is one, else the CPU."""
     if str(device) == "auto":
@@ -67,6 +82,10 @@ class TransformersEngine(Engine):
     ``T = 0`` (greedy) they are ``log_softmax(logits)``. A ``seed`` gives the request its own
     ``torch.Generator``, so its samples do not depend on what else shares the batch; requests without
     one draw from torch's global generator.
+
+    Stop strings (``params.stop``) need ``tokenizer`` (anything with ``decode(ids) -> str``): after each
+    token the tail of the row's text is decoded, and a row whose text now holds a stop string ends
+    there with ``finish_reason="stop"``.
     """
 
     def __init__(
@@ -77,6 +96,7 @@ class TransformersEngine(Engine):
         batch_wait_s: float = 0.005,
         pad_token_id: int | None = None,
         threads: int | None = None,
+        tokenizer: Any = None,
     ):
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be at least 1, got {max_batch_size}")
@@ -88,6 +108,7 @@ class TransformersEngine(Engine):
             self.device = next(model.parameters()).device
         self.max_batch_size = max_batch_size
         self.batch_wait_s = batch_wait_s
+        self.tokenizer = tokenizer
         self.threads = threads
         """torch's intra-op threads while a batch decodes (``None``: leave them as they are)."""
         config_pad = getattr(model.config, "pad_token_id", None)
@@ -106,18 +127,21 @@ class TransformersEngine(Engine):
         dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto",
         max_batch_size: int = 32,
         threads: int | None = None,
+        tokenizer: Any = None,
     ) -> TransformersEngine:
-        """Load a model folder onto ``device`` (``auto``: a GPU when there is one)."""
+        """Load a model folder onto ``device`` (``auto``: a GPU when there is one) in ``dtype`` (:func:`resolve_dtype`)."""
         from transformers import AutoModelForCausalLM
 
-        model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype if dtype == "auto" else getattr(torch, dtype))
-        return cls(model, max_batch_size=max_batch_size, device=device, threads=threads)
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype))
+        return cls(model, max_batch_size=max_batch_size, device=device, threads=threads, tokenizer=tokenizer)
 
     async def generate(self, prompt_ids: list[int], params: SamplingParams, request_id: str = "") -> Generation:
         if not prompt_ids:
             raise ValueError(f"request {request_id!r}: the prompt is empty; the engine needs at least one token")
         if params.max_tokens < 1:
             raise ValueError(f"request {request_id!r}: max_tokens must be at least 1, got {params.max_tokens}")
+        if params.stop and self.tokenizer is None:
+            raise ValueError(f"request {request_id!r}: stop strings {params.stop} need the engine's tokenizer, which is unset")
         loop = asyncio.get_running_loop()
         request = _Request(list(prompt_ids), params, loop.create_future())
         self._queue_for(loop).put_nowait(request)
@@ -212,7 +236,7 @@ class TransformersEngine(Engine):
             for j, (r, tok, lp) in enumerate(zip(rows, tokens.tolist(), logprobs.tolist())):
                 r.tokens.append(tok)
                 r.logprobs.append(lp)
-                if tok in r.params.stop_token_ids:
+                if tok in r.params.stop_token_ids or (r.params.stop and self._hit_stop(r)):
                     self._finish(r, "stop", loop)
                 elif len(r.tokens) >= r.params.max_tokens:
                     self._finish(r, "length", loop)
@@ -228,6 +252,13 @@ class TransformersEngine(Engine):
             mask = torch.cat([mask, mask.new_ones((len(rows), 1))], dim=1)
             positions = positions + 1
             logits, cache = self._forward(tokens[:, None], mask, positions, cache)
+
+    def _hit_stop(self, r: _Request) -> bool:
+        """Whether the token just sampled completes a stop string. Only the tail is decoded: a string
+        of n characters that ends at this token lies within its last 2n + 4 tokens."""
+        width = 2 * max(len(s) for s in r.params.stop) + 4
+        tail = self.tokenizer.decode(r.tokens[-width:])
+        return any(s in tail for s in r.params.stop)
 
     def _sample(self, logits: torch.Tensor, rows: list[_Request]) -> tuple[torch.Tensor, torch.Tensor]:
         """Next token of every row (argmax where T = 0) and its logprob at temperature T, unfiltered."""

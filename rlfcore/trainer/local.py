@@ -77,7 +77,8 @@ class LocalTrainer:
         self.run_dir = run_dir
         self.device = next(model.parameters()).device
         self.engine = TransformersEngine(
-            model, max_batch_size=self.config.engine.max_batch_size, device=self.device, threads=self.config.engine.threads
+            model, max_batch_size=self.config.engine.max_batch_size, device=self.device, threads=self.config.engine.threads,
+            tokenizer=self.tok,
         )
         self.rollout = Rollout(runtime, self.engine, self.tok)
         self.rewards = RewardPipeline(runtime)

@@ -79,14 +79,12 @@ def ensure_model(config: RunConfig, base: Path, tools: list[dict[str, Any]] | No
 
 
 def load_policy(path: Path, device: str = "auto", dtype: str = "auto") -> tuple[Any, Any]:
-    """The model (in training mode, float32 unless asked otherwise) and its Hugging Face tokenizer."""
-    import torch
+    """The model (in training mode, in ``dtype`` as the engine reads it) and its Hugging Face tokenizer."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rlfcore.engines.transformers import resolve_device
+    from rlfcore.engines.transformers import resolve_device, resolve_dtype
 
-    torch_dtype = {"auto": torch.float32, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype, local_files_only=True)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype), local_files_only=True)
     model.to(resolve_device(device))
     model.train()
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)

@@ -3,9 +3,10 @@
 Enable it with ``plugins: [deepsearch]``; settings live under ``deepsearch:`` (see
 :class:`~rlf_deepsearch.settings.Settings`). With ``format: hermes`` the model calls a ``search``
 tool in the Hermes format and the core's defaults parse and observe. With ``format: search-r1`` this
-plugin reads Search-R1's ``<search>`` tags, runs the search through the core's executor and answers
-with an ``<information>`` block, so Search-R1 data and prompts run unchanged; the tool is then not
-listed in the prompt, as Search-R1 prompts describe the tags themselves.
+plugin reads Search-R1's ``<search>`` tags, runs the search through the core's executor and appends
+the ``<information>`` block as raw text inside the assistant's turn, as Search-R1 does, so Search-R1
+data, prompts and checkpoints run unchanged; the tool is then not listed in the prompt, as Search-R1
+prompts describe the tags themselves.
 
 Nothing heavy is imported here: bm25s, numpy and httpx load when a search backend is first built.
 """
@@ -19,7 +20,7 @@ from pydantic import BaseModel
 from rlfcore import Example, Sample, Score, ScoreContext, SetupContext, Tool, ToolCall, ToolResult, TurnContext, hookimpl
 from rlfcore.tools import tool
 
-from rlf_deepsearch.formats import information_message, parse_search_r1
+from rlf_deepsearch.formats import STOP, information_observation, parse_search_r1
 from rlf_deepsearch.settings import Settings, base_dir, settings_of
 
 
@@ -40,7 +41,10 @@ def search_tool(settings: Settings, base: Path) -> Tool:
 
 
 def _make_search_tool(settings: Settings, base: Path) -> Tool:
+    from rlf_deepsearch.formats import search_r1_passages
     from rlf_deepsearch.search import format_passages, shared_searcher
+
+    layout = search_r1_passages if settings.format == "search-r1" else format_passages
 
     @tool(name="search")
     def search(query: str) -> str:
@@ -50,7 +54,7 @@ def _make_search_tool(settings: Settings, base: Path) -> Tool:
             query: What to look for: keywords, a name, or a question.
         """
         passages = shared_searcher(settings, base).search(query, settings.topk)
-        return format_passages(passages, settings.max_chars)
+        return layout(passages, settings.max_chars)
 
     search.plugin = "deepsearch"
     return search
@@ -59,6 +63,13 @@ def _make_search_tool(settings: Settings, base: Path) -> Tool:
 @hookimpl
 def register_tools(ctx: SetupContext) -> list[Tool]:
     settings = settings_of(ctx)
+    if ctx.config is not None and settings.format == "search-r1":
+        missing = [s for s in STOP if s not in ctx.config.rollout.sampling.stop]
+        if missing:
+            raise ValueError(
+                f"deepsearch.format 'search-r1' needs rollout.sampling.stop to hold {list(STOP)} (Search-R1's turns "
+                f"end there, then the <information> block follows); missing {missing}"
+            )
     if ctx.config is not None and not ctx.listing:  # a run: build or load the index now, not in the first call's timeout
         from rlf_deepsearch.search import shared_searcher
 
@@ -90,11 +101,7 @@ async def invoke_tools(calls: list[ToolCall], ctx: TurnContext) -> list[ToolResu
 def build_observation(results: list[ToolResult], ctx: TurnContext) -> list[dict] | None:
     if settings_of(ctx).format != "search-r1":
         return None
-    # The loop recorded this turn's search as an OpenAI tool call too, but the model wrote plain
-    # tags: without the record, a full chat-template rendering matches the generated tokens.
-    if ctx.messages and ctx.messages[-1].get("role") == "assistant":
-        ctx.messages[-1].pop("tool_calls", None)
-    return [information_message(results)]
+    return information_observation(results)
 
 
 @hookimpl
@@ -113,7 +120,7 @@ def register_examples(ctx: SetupContext) -> list[Example]:
         return []
     if settings.format == "search-r1":
         call = "<think>I should look this up.</think>\n<search>red planet</search>"
-        right, wrong = "<think>Doc 1 says Mars.</think>\n<answer>Mars</answer>", "<answer>Venus</answer>"
+        right, wrong = "<think>Doc 1 says Mars.</think>\n<answer>Mars</answer>", "<think>Venus.</think><answer>Venus</answer>"
     else:
         call = '<tool_call>\n{"name": "search", "arguments": {"query": "red planet"}}\n</tool_call>'
         right, wrong = "<answer>Mars</answer>", "<answer>Venus</answer>"

@@ -17,12 +17,13 @@ INSTRUCTIONS = {
         "then give only the final answer inside <answer> and </answer>, for example <answer>Paris</answer>.\n"
         "Question: {question}"
     ),
-    "search-r1": (
-        "Answer the question. Reason inside <think> and </think> every time you get new information. "
-        "If you lack knowledge, search by writing <search> query </search>; the results come back between "
-        "<information> and </information>. You may search as many times as you want. When no more "
-        "knowledge is needed, give the answer inside <answer> and </answer> without explanation, "
-        "for example <answer> Paris </answer>. Question: {question}\n"
+    "search-r1": (  # Search-R1's make_prefix (scripts/data_process/nq_search.py), word for word
+        "Answer the given question. You must conduct reasoning inside <think> and </think> first every time you "
+        "get new information. After reasoning, if you find you lack some knowledge, you can call a search engine "
+        "by <search> query </search> and it will return the top searched results between <information> and "
+        "</information>. You can search as many times as your want. If you find no further external knowledge "
+        "needed, you can directly provide the answer inside <answer> and </answer>, without detailed "
+        "illustrations. For example, <answer> Beijing </answer>. Question: {question}\n"
     ),
 }
 ANSWER_KEYS = ("answer", "answers", "golden_answers")
@@ -65,11 +66,12 @@ def to_row(record: Any, where: str, row_id: str, fmt: str = "hermes", env: str =
     if not answers:
         raise PrepareError(f"{where}: '{key}' holds no non-empty answer")
     question = question.strip()
+    asked = question if fmt != "search-r1" or question.endswith("?") else question + "?"  # as Search-R1 asks it
     extra = {"question": question, **{k: record[k] for k in EXTRA_KEYS if k in record}}
     return {
         "id": str(record.get("id", row_id)),
         "env": env,
-        "prompt": INSTRUCTIONS[fmt].format(question=question),
+        "prompt": INSTRUCTIONS[fmt].format(question=asked),
         "ground_truth": answers,
         "extra": extra,
     }

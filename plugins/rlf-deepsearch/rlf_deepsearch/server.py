@@ -7,12 +7,22 @@ Search-R1's ``id`` and ``contents`` (``"Title"\\ntext``) and also ``title`` and 
 ``GET /health`` answers ``{"status": "ok", "passages": n}``.
 
 The standard library's threading HTTP server is enough: a BM25 search takes microseconds to a few
-milliseconds, and clients batch their queries.
+milliseconds, and clients batch their queries. Its limits, each answered with an HTTP error that
+names it (and all settable on :class:`RetrievalServer`):
+
+- a body of at most ``MAX_BODY`` bytes, with a valid ``Content-Length`` (400 when it is missing on a
+  body, negative or not a number; 413 when too large);
+- at most ``MAX_QUERIES`` queries and ``MAX_HITS`` passages (queries x topk) per request (413), and an
+  answer of at most ``max_answer_bytes`` (507: passages that large do not fit one answer);
+- a socket timeout of ``timeout_s`` on every read and write (an idle keep-alive connection is closed
+  after it, a client that stalls mid-request gets 408);
+- at most ``max_connections`` connections (threads) at once; one more is answered 503 and closed.
 """
 
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -22,18 +32,47 @@ from rlf_deepsearch.search import Searcher
 
 MAX_BODY = 16 << 20
 MAX_TOPK = 1000
+MAX_QUERIES = 4096
+MAX_HITS = 50_000
+MAX_ANSWER = 64 << 20
+TIMEOUT_S = 30.0
+MAX_CONNECTIONS = 512
 
 
 class RetrievalServer(ThreadingHTTPServer):
     daemon_threads = True
+    request_queue_size = 1024  # connections the kernel holds before accept; 256 clients connect at once
 
     def __init__(self, searcher: Searcher, host: str = "127.0.0.1", port: int = 8000, topk: int = 3,
-                 passages: int | None = None, quiet: bool = True):
+                 passages: int | None = None, quiet: bool = True, timeout_s: float = TIMEOUT_S,
+                 max_connections: int = MAX_CONNECTIONS, max_answer_bytes: int = MAX_ANSWER):
         self.searcher = searcher
         self.default_topk = topk
         self.passages = passages
         self.quiet = quiet
+        self.timeout_s = timeout_s
+        self.max_connections = max_connections
+        self.max_answer_bytes = max_answer_bytes
+        self._slots = threading.BoundedSemaphore(max_connections)
         super().__init__((host, port), _Handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """One thread per connection, up to ``max_connections``; beyond, a 503 and the door closed."""
+        if not self._slots.acquire(blocking=False):
+            _refuse(request, self.max_connections)
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
     @property
     def url(self) -> str:
@@ -48,7 +87,21 @@ class RetrievalServer(ThreadingHTTPServer):
 
 
 class BadRequest(ValueError):
-    pass
+    """The request is not Search-R1's API; answered 400."""
+
+
+class TooLarge(BadRequest):
+    """The request asks for more than the server's limits; answered 413."""
+
+
+def _refuse(request: socket.socket, limit: int) -> None:
+    body = json.dumps({"error": f"the server holds {limit} connections at most; retry later"}).encode()
+    head = f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\nConnection: close\r\nRetry-After: 1\r\n\r\n"
+    try:
+        request.settimeout(1.0)
+        request.sendall(head.encode() + body)
+    except OSError:
+        pass
 
 
 def parse_request(body: bytes, default_topk: int) -> tuple[list[str], int, bool]:
@@ -65,6 +118,10 @@ def parse_request(body: bytes, default_topk: int) -> tuple[list[str], int, bool]
     topk = data.get("topk") or default_topk
     if not isinstance(topk, int) or isinstance(topk, bool) or not 1 <= topk <= MAX_TOPK:
         raise BadRequest(f"'topk' must be an integer from 1 to {MAX_TOPK}, got {topk!r}")
+    if len(queries) > MAX_QUERIES:
+        raise TooLarge(f"{len(queries)} queries in one request; at most {MAX_QUERIES}")
+    if len(queries) * topk > MAX_HITS:
+        raise TooLarge(f"{len(queries)} queries x topk {topk} = {len(queries) * topk} passages; at most {MAX_HITS} per request")
     scores = data.get("return_scores", False)
     if not isinstance(scores, bool):
         raise BadRequest(f"'return_scores' must be true or false, got {scores!r}")
@@ -85,31 +142,55 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(404, {"error": f"no route GET {self.path}; use POST /retrieve or GET /health"})
         self._send(200, {"status": "ok", "passages": self.server.passages})
 
+    def setup(self) -> None:
+        self.timeout = self.server.timeout_s  # every read and write of this connection
+        super().setup()
+
     def do_POST(self) -> None:  # noqa: N802
         if self.path.rstrip("/") != "/retrieve":
             return self._send(404, {"error": f"no route POST {self.path}; use POST /retrieve"})
-        length = int(self.headers.get("Content-Length") or 0)
+        declared = self.headers.get("Content-Length")
+        if declared is None or not declared.strip().isdigit():
+            self.close_connection = True  # the body's end is unknown: this connection cannot go on
+            problem = "is missing" if declared is None else f"is {declared[:40]!r}, not a non-negative integer"
+            return self._send(400, {"error": f"Content-Length {problem}; send the JSON body with its length"})
+        length = int(declared)
         if length > MAX_BODY:
+            self.close_connection = True
             return self._send(413, {"error": f"the body has {length} bytes, at most {MAX_BODY} are read"})
         try:
-            queries, topk, scores = parse_request(self.rfile.read(length), self.server.default_topk)
+            body = self.rfile.read(length)
+        except (TimeoutError, socket.timeout):
+            self.close_connection = True
+            return self._send(408, {"error": f"the body did not arrive within {self.server.timeout_s:g} s"})
+        try:
+            queries, topk, scores = parse_request(body, self.server.default_topk)
+        except TooLarge as exc:
+            return self._send(413, {"error": str(exc)})
         except BadRequest as exc:
             return self._send(400, {"error": str(exc)})
         try:
             hits = self.server.searcher.search(queries, topk)
         except Exception as exc:  # the client gets the reason; the server keeps serving
             return self._send(500, {"error": f"search failed: {type(exc).__name__}: {exc}"})
-        if scores:
-            result = [[{"document": document(p), "score": p.score} for p in row] for row in hits]
-        else:
-            result = [[document(p) for p in row] for row in hits]
-        self._send(200, {"result": result})
+        parts, size = [], 0
+        for row in hits:  # row by row, so an answer over the bound is refused before it is all built
+            items = [{"document": document(p), "score": p.score} if scores else document(p) for p in row]
+            parts.append(json.dumps(items, ensure_ascii=False).encode())
+            size += len(parts[-1]) + 1
+            if size > self.server.max_answer_bytes:
+                return self._send(507, {"error": f"the answer would exceed {self.server.max_answer_bytes} bytes; "
+                                                 "ask for fewer queries or a smaller topk"})
+        self._send(200, body=b'{"result": [' + b",".join(parts) + b"]}")
 
-    def _send(self, status: int, payload: dict[str, Any]) -> None:
-        body = json.dumps(payload, ensure_ascii=False).encode()
+    def _send(self, status: int, payload: dict[str, Any] | None = None, body: bytes | None = None) -> None:
+        if body is None:
+            body = json.dumps(payload, ensure_ascii=False).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
+        if self.close_connection:
+            self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.write(body)
 

@@ -25,7 +25,18 @@ class Settings(BaseModel):
     format: Literal["hermes", "search-r1"] = Field(
         "hermes", description="hermes: a `search` tool; search-r1: <search>/<information>/<answer> tags."
     )
-    reward: Literal["em", "f1"] = Field("em", description="The answer score: exact match or token F1.")
+    reward: Literal["em", "f1", "search-r1"] = Field(
+        "em", description="The answer score: exact match, token F1, or Search-R1's EM with format credit (qa_em_format)."
+    )
+    structure_format_score: float = Field(
+        0.2, ge=0, le=1, description="reward search-r1: credit of a well-formed turn with a wrong or no answer."
+    )
+    final_format_score: float = Field(
+        0.1, ge=0, le=1, description="reward search-r1: credit of a badly formed turn with a wrong <answer>."
+    )
+    retrieval_score: float = Field(
+        0.1, ge=0, le=1, description="reward search-r1: extra credit when a gold answer appears in the retrieved information."
+    )
     format_reward: float = Field(
         0.0, ge=0.0, le=1.0, description="Weight w of the format check: reward = (1 - w) * answer + w * format."
     )

@@ -93,15 +93,31 @@ def test_reward_em_f1_and_format_weight():
 
 def test_search_r1_reward_needs_answer_tags_and_the_tag_format():
     settings = Settings(format="search-r1", format_reward=0.5)
-    turns = ["<think>look it up</think>\n<search>corliss archer</search>", "<think>found</think>\n<answer>Chief of Protocol</answer>"]
-    messages = [{"role": "user", "content": "q"}, {"role": "assistant", "content": turns[0]},
-                {"role": "user", "content": "<information>...</information>"}, {"role": "assistant", "content": turns[1]}]
-    good = score_sample(_sample(turns[1], ["Chief of Protocol"], messages=messages), settings)
+    turn = ("<think>look it up</think>\n<search>corliss archer</search>\n\n<information>Doc 1(Title: x) y</information>\n\n"
+            "<think>found</think>\n<answer>Chief of Protocol</answer>")
+    messages = [{"role": "user", "content": "q"}, {"role": "assistant", "content": turn}]
+    good = score_sample(_sample(turn, ["Chief of Protocol"], messages=messages), settings)
     assert good.value == 1.0 and good.components["format"] == 1.0
     untagged = score_sample(_sample("Chief of Protocol", ["Chief of Protocol"]), settings)
     assert untagged.components == {"exact_match": 0.0, "f1": 0.0, "format": 0.0}
-    messages[1]["content"] = "chatter <search>corliss archer</search>"  # text outside the tags
-    assert score_sample(_sample(turns[1], ["Chief of Protocol"], messages=messages), settings).components["format"] == 0.0
+    for broken in ("chatter " + turn, turn.replace("<think>found</think>\n", "")):  # text outside tags; no think before the answer
+        messages[1]["content"] = broken
+        assert score_sample(_sample(broken, ["Chief of Protocol"], messages=messages), settings).components["format"] == 0.0
+
+
+@pytest.mark.parametrize("turn, gold, value", [
+    ("<think>a</think><search>q</search><information>Paris is big</information><think>b</think><answer>Paris</answer>", "Paris", 1.0),
+    ("<search>q</search><information>Paris</information><think>b</think><answer>Paris</answer>", "Paris", 0.8),  # right, badly formed
+    ("<think>a</think><search>q</search><information>Paris is big</information><think>b</think><answer>Rome</answer>", "Paris", 0.3),
+    ("<think>a</think><search>q</search><information>Lyon</information><think>b</think><answer>Rome</answer>", "Paris", 0.2),
+    ("<think>a</think><answer>Rome</answer> trailing", "Paris", 0.1),  # wrong and badly formed
+    ("<think>a</think><search>q</search>", "Paris", 0.0),  # no answer, unfinished
+])
+def test_search_r1_reward_follows_qa_em_format(turn, gold, value):
+    """Search-R1's compute_score_em with structure 0.2, final 0.1, retrieval 0.1 (its comments' numbers)."""
+    settings = Settings(format="search-r1", reward="search-r1")
+    score = score_sample(_sample(turn, [gold], messages=[{"role": "assistant", "content": turn}]), settings)
+    assert score.value == pytest.approx(value)
 
 
 def test_yes_no_answers_of_hotpotqa(shared_data):

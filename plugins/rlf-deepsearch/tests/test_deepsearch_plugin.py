@@ -30,9 +30,10 @@ def test_examples_earn_their_expected_rewards(tmp_path, fmt, weight):
     settings = {"format": fmt, "format_reward": weight, "index_dir": str(tmp_path)}
     examples = plugin.register_examples(SetupContext(plugin="deepsearch", settings=Settings(**settings)))
     rows = [ex.row for ex in examples]
-    trajectories = rollout({"plugins": ["deepsearch"], "deepsearch": settings}, rows, {ex.row["id"]: ex.script for ex in examples})
+    config = {"plugins": ["deepsearch"], "deepsearch": settings, "rollout": {"sampling": {"stop": ["</search>", "</answer>"]}}}
+    trajectories = rollout(config, rows, {ex.row["id"]: ex.script for ex in examples})
     assert [t.reward for t in trajectories] == [ex.expected_reward for ex in examples] == [1.0, weight]
-    assert "Mars" in trajectories[0].messages[2]["content"]
+    assert "Mars" in json.dumps(trajectories[0].messages[1:])
 
 
 def test_relative_paths_are_read_from_the_config_folder(tmp_path):

@@ -14,6 +14,7 @@ from rlfcore.testing import rollout
 from rlf_deepsearch.formats import INVALID_ACTION
 from rlf_deepsearch.index import BM25Index
 from rlf_deepsearch.prepare import to_row
+from rlf_deepsearch.formats import search_r1_passages
 from rlf_deepsearch.search import format_passages
 
 N = 12
@@ -56,6 +57,9 @@ def test_hermes_wrong_answer_scores_zero(hotpot):
     assert [t.reward for t in trajectories] == [0.0] * 4
 
 
+STOP = {"sampling": {"stop": ["</search>", "</answer>"]}}
+
+
 def test_search_r1_tags_end_to_end(hotpot):
     settings, questions, index = hotpot
     rows = [to_row(q, "test", q["id"], fmt="search-r1") for q in questions]
@@ -64,19 +68,17 @@ def test_search_r1_tags_end_to_end(hotpot):
                   f"<think>The passages say it.</think>\n<answer>{q['answers'][0]}</answer>"]
         for q in questions
     }
-    config = {"plugins": ["deepsearch"], "rollout": ROOMY, "deepsearch": {**settings, "format": "search-r1", "format_reward": 0.2}}
+    config = {"plugins": ["deepsearch"], "rollout": {**ROOMY, **STOP},
+              "deepsearch": {**settings, "format": "search-r1", "format_reward": 0.2}}
     trajectories = rollout(config, rows, script)
     for q, t in zip(questions, trajectories):
         assert t.error is None and t.stop_reason == "answer" and t.tool_calls == 1
         assert t.reward == 1.0 and t.reward_components["format"] == 1.0
-        user, asked, info, answered = t.messages
-        assert asked == {"role": "assistant", "content": script[q["id"]][0]}  # verbatim, no tool_calls record
-        passages = format_passages(index.search([q["question"]], 3)[0], 3000)
-        assert info == {"role": "user", "content": f"<information>{passages}</information>"}
-        assert answered["content"] == script[q["id"]][1]
-        # The Qwen3-style template drops <think> blocks before the last user message in a full
-        # rendering (the rollout keeps its tokens verbatim); the check reports exactly that.
-        assert f"rollout has '<think>I need to l', a full rendering has '<search>{q['question'][:4]}'" in t.template_mismatch
+        user, turn = t.messages  # one assistant turn: the information block is raw text inside it
+        passages = search_r1_passages(index.search([q["question"]], 3)[0], 3000)
+        assert turn == {"role": "assistant", "content": f"{script[q['id']][0]}\n\n<information>{passages.strip()}</information>\n\n{script[q['id']][1]}"}
+        assert t.template_mismatch is None  # not checked: the turn is not a chat-template rendering
+        assert t.response_mask.count(0) == len(f"\n\n<information>{passages.strip()}</information>\n\n".encode())
     # no tool list in the prompt: Search-R1 prompts describe the tags themselves
     assert "<tools>" not in json.dumps(trajectories[0].messages) and "search tool" not in rows[0]["prompt"]
 
@@ -84,16 +86,16 @@ def test_search_r1_tags_end_to_end(hotpot):
 def test_search_r1_invalid_action_and_wrong_answer(hotpot):
     settings, questions, _ = hotpot
     q = questions[0]
-    config = {"plugins": ["deepsearch"], "rollout": ROOMY, "deepsearch": {**settings, "format": "search-r1", "format_reward": 0.2}}
+    config = {"plugins": ["deepsearch"], "rollout": {**ROOMY, **STOP},
+              "deepsearch": {**settings, "format": "search-r1", "format_reward": 0.2}}
     script = {q["id"]: ["I am not sure what to do.", "<think>ok</think><answer>Atlantis</answer>"]}
     [t] = rollout(config, [to_row(q, "test", q["id"], fmt="search-r1")], script)
-    assert t.messages[2] == {"role": "user", "content": INVALID_ACTION}
+    assert t.messages[1]["content"] == "I am not sure what to do." + INVALID_ACTION + script[q["id"]][1]
     assert t.tool_errors == 1 and t.stop_reason == "answer"
     assert t.reward == 0.0 and t.reward_components == {"exact_match": 0.0, "f1": 0.0, "format": 0.0, "score": 0.0}
-    script = {q["id"]: [f"<search>{q['question']}</search>", "<answer>Atlantis</answer>"]}
+    script = {q["id"]: [f"<think>a</think><search>{q['question']}</search>", "<think>b</think><answer>Atlantis</answer>"]}
     [t] = rollout(config, [to_row(q, "test", q["id"], fmt="search-r1")], script)
     assert t.reward == pytest.approx(0.2)  # well formed, wrong: only the format weight
-    assert t.template_mismatch is None  # without <think>, incremental tokens equal a full rendering
 
 
 def test_search_r1_data_runs_unchanged(hotpot):
@@ -108,7 +110,7 @@ def test_search_r1_data_runs_unchanged(hotpot):
         "extra_info": {"split": "dev", "index": 7},
     }
     script = {"7": [f"<search>{q['question']}</search>", f"<answer>{q['answers'][0]}</answer>"]}
-    config = {"plugins": ["deepsearch"], "envs": {"hotpotqa": ["deepsearch"]}, "rollout": ROOMY,
+    config = {"plugins": ["deepsearch"], "envs": {"hotpotqa": ["deepsearch"]}, "rollout": {**ROOMY, **STOP},
               "deepsearch": {**settings, "format": "search-r1"}}
     [t] = rollout(config, [row], script)
-    assert t.env == "hotpotqa" and t.reward == 1.0 and t.messages[2]["content"].startswith("<information>Doc 1")
+    assert t.env == "hotpotqa" and t.reward == 1.0 and "</search>\n\n<information>Doc 1" in t.messages[1]["content"]

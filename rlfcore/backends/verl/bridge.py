@@ -30,20 +30,42 @@ TRACE_FIELDS = (
 """The trajectory fields sent to the reward function; token lists stay in verl's tensors."""
 
 
+SUMMED_FIELDS = ("spec_num_draft_tokens", "spec_num_accepted_tokens", "spec_num_verify_steps")
+"""Per-generation counters of speculative decoding that add up over a trajectory's turns."""
+
+
 class VerlServerEngine(Engine):
     """rlf's engine interface over verl's ``LLMServerClient``: token ids in, token ids and logprobs out.
 
     Temperature, top-p and top-k come from verl (greedy in validation); the per-turn token budget
     comes from the rlf loop. Logprobs are always requested, since verl trains on rollout logprobs.
+    One engine serves one trajectory: ``extra_fields`` gathers what the server reported over its
+    turns, as verl's own agent loops do (the first turn's fields, the latest ``max_global_steps``,
+    speculative-decoding counters summed). verl's default trainer reads ``min_global_steps`` and
+    ``max_global_steps`` (the weight versions a trajectory was sampled with) and fails without them.
     """
 
     def __init__(self, client: Any, sampling_params: dict[str, Any]):
         self.client = client
         self.sampling = {k: v for k, v in sampling_params.items() if k not in ("max_tokens", "max_new_tokens")}
+        self.extra_fields: dict[str, Any] = {}
+
+    def _record(self, fields: dict[str, Any]) -> None:
+        if not self.extra_fields:
+            self.extra_fields.update(fields)
+            return
+        if fields.get("max_global_steps") is not None:
+            self.extra_fields["max_global_steps"] = fields["max_global_steps"]
+        for key in SUMMED_FIELDS:
+            if key in fields and key in self.extra_fields:
+                self.extra_fields[key] = int(self.extra_fields[key]) + int(fields[key])
 
     async def generate(self, prompt_ids: list[int], params: SamplingParams, request_id: str = "") -> Generation:
         sampling = {**self.sampling, "max_tokens": params.max_tokens, "logprobs": True}
+        if params.stop:  # vLLM's and SGLang's stop strings; the ids keep the token that completed one
+            sampling.update(stop=list(params.stop), include_stop_str_in_output=True)
         out = await self.client.generate(request_id=request_id, prompt_ids=list(prompt_ids), sampling_params=sampling)
+        self._record(dict(out.extra_fields or {}))
         tokens = list(out.token_ids)
         if out.log_probs is None or len(out.log_probs) != len(tokens):
             got = "none" if out.log_probs is None else len(out.log_probs)
@@ -106,7 +128,7 @@ class RlfAgentLoop(AgentLoopBase):
         if len(traj.prompt_ids) > prompt_len:
             raise ValueError(
                 f"row {row.id!r}: the prompt has {len(traj.prompt_ids)} tokens, verl's prompt_length is {prompt_len}; "
-                "raise rollout.max_total_tokens (verl's prompt_length is max_total_tokens - max_response_tokens)"
+                "raise rollout.max_total_tokens (verl's prompt_length is max_total_tokens - 1)"
             )
         return AgentLoopOutput(
             prompt_ids=traj.prompt_ids,
@@ -115,5 +137,5 @@ class RlfAgentLoop(AgentLoopBase):
             response_logprobs=traj.logprobs[:response_len],
             num_turns=traj.num_turns,
             metrics=AgentLoopMetrics(generate_sequences=traj.generate_s, tool_calls=traj.tools_s),
-            extra_fields={"rlf": trace_of(traj)},
+            extra_fields={**engine.extra_fields, "rlf": trace_of(traj)},
         )

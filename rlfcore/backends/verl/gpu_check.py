@@ -1,70 +1,142 @@
-"""A few GRPO steps with verl on one GPU: a tiny random-init Qwen3 model, a tool plugin, vLLM rollout.
+"""verl's real GRPO trainer end to end on a tiny model: the GPU check, and the flow the CPU test runs.
 
     python -m rlfcore.backends.verl.gpu_check [WORKDIR] [-- raw verl overrides]
 
-Checks the whole path (entry point in Ray workers, vLLM server client, rlf loop, rlf rewards, FSDP
-update) end to end; the model is random, so rewards stay near 0. Needs ``rlfcore[verl]`` installed
-(the entry point must be in the environment) and vLLM. Exit code 0 means verl finished its steps.
+``rlf train --backend verl`` runs 2 GRPO steps with the ``rlf_agent`` loop, a real MCP tool (rlf-mcp's
+bundled calculator server) and rlf's reward pipeline, saving a checkpoint each step; then
+``--resume`` runs a 3rd step from that checkpoint. Then verl's own outputs are checked: its metrics
+(rewards, a non-zero gradient, the rollout weight versions), its rollout dumps and its checkpoint
+files. The model is random, so its rewards come from a score it can earn by chance (the share of
+digits in its answer), which still gives GRPO a gradient. Prints a JSON summary as the last line;
+exit code 0 only when both runs finished and every check passed. Needs ``rlfcore[verl]`` and
+rlf-mcp installed (the entry point must be in the environment) and vLLM.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
 import sys
 from importlib.metadata import entry_points
 from pathlib import Path
+from typing import Any
 
-PLUGIN = '''
+REWARD_PLUGIN = '''
+"""The share of digits in the answer: a score a random model earns by chance, so GRPO gets a gradient."""
 from rlfcore import hookimpl
-from rlfcore.tools import tool
-
-
-@tool
-def add(a: int, b: int) -> int:
-    """Add two integers."""
-    return a + b
 
 
 @hookimpl
-def register_tools(ctx):
-    return [add]
+def compute_score(sample, verification, ctx):
+    text = sample.response or ""
+    return sum(c.isdigit() for c in text) / max(1, len(text))
 '''
 
-STEPS = 3
+STEPS = 2
+"""GRPO steps of the first run; the resumed run adds one."""
+
+CONFIG = """plugins: [mcp]
+local_plugins: [digits.py]
+envs: {calc: [mcp, digits]}
+seed: 0
+model: {path: model}
+data: {train: data.jsonl, default_env: calc}
+rollout: {n: 2, max_turns: 2, max_total_tokens: 512, max_response_tokens: 64, sampling: {temperature: 1.0, max_tokens: 32}}
+trainer: {steps: %d, prompts_per_step: 4, micro_batch_size: 8, lr: 3.0e-4, checkpoint_every: 1, samples_per_step: 2}
+tools: {timeout_s: 5}
+""" % STEPS
+
 RAW = [
     "actor_rollout_ref.rollout.enforce_eager=true",
+    "actor_rollout_ref.rollout.gpu_memory_utilization=0.3",
     "actor_rollout_ref.rollout.agent.num_workers=1",
-    "actor_rollout_ref.model.enable_gradient_checkpointing=false",
     "reward.num_workers=1",
-    "trainer.save_freq=-1",
 ]
+"""verl overrides for one small GPU; the command line's come after them and win."""
+
+CALL = '<tool_call>\n{"name": "calculate", "arguments": {"expression": "2 + 3"}}\n</tool_call>'
 
 
 def write_workdir(work: Path) -> Path:
-    """The tiny model, the adder plugin, 64 questions and a run config; returns the config path."""
+    """The tiny model (head size 64: vLLM's CPU attention needs 32 or more), the digit reward, 32
+    questions and the run config; returns the config path."""
     from rlfcore.tinymodel import build_tiny
 
-    call = '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>'
     model = work / "model"
     if not (model / "config.json").exists():
-        texts = ["What is 2 plus 3? The answer is 5.", call] * 50
-        build_tiny(texts, model, vocab_size=512, hidden_size=256, num_heads=4, num_kv_heads=2, num_layers=2,
-                   intermediate_size=512, max_position_embeddings=4096)
-    (work / "adder.py").write_text(PLUGIN)
-    rows = [{"id": f"q{i}", "prompt": f"What is {i} plus 1?", "ground_truth": str(i + 1)} for i in range(64)]
+        texts = ["What is 2 plus 3? The answer is 5.", CALL, "<tool_response>\n5\n</tool_response>"] * 40
+        build_tiny(texts, model, vocab_size=512, hidden_size=128, num_heads=2, num_kv_heads=1, num_layers=4,
+                   intermediate_size=384, max_position_embeddings=1024)
+    (work / "digits.py").write_text(REWARD_PLUGIN)
+    rows = [{"id": f"q{i}", "prompt": f"What is {i} plus {i + 1}?", "ground_truth": str(2 * i + 1)} for i in range(32)]
     (work / "data.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
-    (work / "run.yaml").write_text(
-        "local_plugins: [adder.py]\nmodel: {path: model}\ndata: {train: data.jsonl}\n"
-        "rollout: {n: 4, max_turns: 2, max_total_tokens: 1536, max_response_tokens: 512, sampling: {max_tokens: 128}}\n"
-        f"trainer: {{steps: {STEPS}, prompts_per_step: 8, micro_batch_size: 8, lr: 1.0e-5}}\n"
-    )
+    (work / "run.yaml").write_text(CONFIG)
     return work / "run.yaml"
 
 
-def main(argv: list[str]) -> int:
-    from rlfcore.backends.verl.hydra import Cluster
-    from rlfcore.backends.verl.launch import main as launch_main
+def train(config: Path, run_dir: Path, raw: list[str], resume: bool = False, timeout_s: float | None = None) -> int:
+    """``rlf train CONFIG --backend verl`` (this environment's ``rlf``), with verl's metrics to a file."""
+    rlf = Path(sys.executable).with_name("rlf")
+    phase = "resume" if resume else "first"
+    cmd = [str(rlf), "train", str(config), *([f"trainer.steps={STEPS + 1}"] if resume else []), "--backend", "verl",
+           "--run-dir", str(run_dir), *(["--resume"] if resume else []), "--", "trainer.logger=[console,file]", *raw]
+    env = {**os.environ, "VERL_FILE_LOGGER_PATH": str(run_dir / f"verl-metrics-{phase}.jsonl")}
+    with open(run_dir.parent / f"{run_dir.name}-{phase}.log", "w") as log:
+        return subprocess.call(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=config.parent, timeout=timeout_s)
 
+
+def metrics(path: Path) -> dict[int, dict[str, Any]]:
+    """verl's file logger: one ``{"step", "data"}`` line per step."""
+    if not path.exists():
+        return {}
+    return {row["step"]: row["data"] for row in map(json.loads, path.read_text().splitlines())}
+
+
+def check(run_dir: Path) -> tuple[dict[str, Any], list[str]]:
+    """What verl wrote, and every way it falls short of 2 steps, a checkpoint each, and a resumed 3rd."""
+    first, resumed = metrics(run_dir / "verl-metrics-first.jsonl"), metrics(run_dir / "verl-metrics-resume.jsonl")
+    problems = []
+    if sorted(first) != list(range(1, STEPS + 1)):
+        problems.append(f"the first run logged steps {sorted(first)}, not 1..{STEPS}")
+    if sorted(resumed) != [STEPS + 1]:
+        problems.append(f"the resumed run logged steps {sorted(resumed)}, not only step {STEPS + 1}")
+    steps = {**first, **resumed}
+    for step, m in sorted(steps.items()):
+        for key in ("critic/score/mean", "actor/grad_norm", "timing_s/step"):
+            if key not in m:
+                problems.append(f"step {step}: verl logged no {key}")
+    if not any(m.get("critic/score/max", 0) > 0 for m in steps.values()):
+        problems.append("no sample earned a reward: rlf's reward pipeline did not reach verl")
+    if not any(m.get("actor/grad_norm", 0) > 0 for m in steps.values()):
+        problems.append("every gradient was zero: the actor did not learn")
+    ckpt = run_dir / "checkpoints"
+    latest = (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() if (ckpt / "latest_checkpointed_iteration.txt").exists() else None
+    if latest != str(STEPS + 1):
+        problems.append(f"verl's latest checkpoint is {latest}, not {STEPS + 1}")
+    for step in range(1, STEPS + 2):
+        actor = ckpt / f"global_step_{step}" / "actor"
+        if not actor.is_dir() or not any(actor.iterdir()):
+            problems.append(f"no actor checkpoint in {actor}")
+    dumps = {}
+    for step in range(1, STEPS + 2):
+        path = run_dir / "samples" / f"{step}.jsonl"
+        rows = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+        dumps[step] = rows
+        if not rows or any(not {"input", "output", "score"} <= set(r) for r in rows):
+            problems.append(f"verl's rollout dump {path} is missing or lacks input/output/score")
+    summary = {
+        "steps": {s: {k: m.get(k) for k in ("critic/score/mean", "actor/grad_norm", "timing_s/step", "timing_s/gen",
+                                            "timing_s/update_actor", "timing_s/update_weights", "num_turns/mean",
+                                            "training/rollout_probs_diff_max")} for s, m in sorted(steps.items())},
+        "latest_checkpoint": latest,
+        "dumped_samples": {s: len(rows) for s, rows in dumps.items()},
+    }
+    return summary, problems
+
+
+def main(argv: list[str]) -> int:
     if not any(ep.name == "rlf" for ep in entry_points(group="verl.plugins")):
         print("rlfcore's verl.plugins entry point is not installed: pip install -e '.[verl]'", file=sys.stderr)
         return 2
@@ -73,8 +145,16 @@ def main(argv: list[str]) -> int:
     work = Path(args[0] if args else "verl-gpu-check").resolve()
     work.mkdir(parents=True, exist_ok=True)
     config = write_workdir(work)
-    cluster = Cluster(gpus_per_node=1, nodes=1, rollout="vllm", gpu_memory_utilization=0.3)
-    return launch_main(config, [], RAW + raw, work / "run", cluster)
+    run_dir = work / "run"
+    shutil.rmtree(run_dir, ignore_errors=True)  # the first run starts fresh; the second resumes it
+    raw = RAW + raw
+    codes = [train(config, run_dir, raw)]
+    if codes[0] == 0:
+        codes.append(train(config, run_dir, raw, resume=True))
+    summary, problems = check(run_dir)
+    summary.update(exit_codes=codes, problems=problems, logs=str(work))
+    print(json.dumps(summary))
+    return 0 if codes == [0, 0] and not problems else 1
 
 
 if __name__ == "__main__":

@@ -66,7 +66,89 @@ def _model_path(config: RunConfig, config_path: Path) -> str:
     path = Path(config.model.path).expanduser()
     if not path.is_absolute() and (config_path.parent / path).exists():
         path = config_path.parent / path
-    return str(path.resolve()) if path.exists() else config.model.path
+    elif not path.is_absolute() and config.model.init is not None:
+        path = config_path.parent / path  # built there by model.init before verl starts
+    return str(path.resolve()) if path.exists() or config.model.init is not None else config.model.path
+
+
+def _set(section: Any) -> set[str]:
+    return set(section.model_fields_set)
+
+
+def refusals(config: RunConfig) -> list[str]:
+    """The settings of ``config`` that verl cannot honour, each with what to change it to.
+
+    Only values the user set are checked, so a default never stops a run.
+    """
+    t, r, e = config.trainer, config.rollout, config.engine
+    out = []
+    if t.lr_schedule == "linear":
+        out.append("trainer.lr_schedule: verl has constant and cosine schedules, not 'linear'; set it to constant or cosine")
+    if t.turn_advantage == "return_to_go":
+        out.append(
+            "trainer.turn_advantage: verl's GRPO gives every token of a sample one advantage, so per-turn "
+            "rewards cannot reach it as return_to_go; set trainer.turn_advantage=outcome (each sample is then "
+            "trained on its total reward, turn rewards included)"
+        )
+    if t.device == "cpu":
+        out.append("trainer.device: verl places the model on the GPUs it is given (--gpus); remove trainer.device=cpu")
+    if t.micro_batch_tokens is not None and t.micro_batch_tokens < r.max_total_tokens:
+        out.append(
+            f"trainer.micro_batch_tokens ({t.micro_batch_tokens}): verl packs whole sequences into a micro-batch, "
+            f"so it must hold the longest one; set it to at least rollout.max_total_tokens ({r.max_total_tokens})"
+        )
+    if r.max_total_tokens < 2:
+        out.append(f"rollout.max_total_tokens ({r.max_total_tokens}): leaves no room for a prompt and a response; set it to 2 or more")
+    if r.sampling.seed is not None:
+        out.append("rollout.sampling.seed: verl seeds its rollout servers from `seed` (actor_rollout_ref.rollout.seed); remove rollout.sampling.seed")
+    if "concurrency" in _set(r):
+        out.append(
+            "rollout.concurrency: verl runs a step's samples all at once across its agent-loop workers; remove it "
+            "(raw override actor_rollout_ref.rollout.agent.num_workers=N sets the workers)"
+        )
+    if e.name != "transformers":
+        out.append(
+            f"engine.name ({e.name!r}): verl generates with its own rollout servers (--rollout vllm|sglang); "
+            "remove engine.name for the verl backend"
+        )
+    for name in ("base_url", "model", "api_key"):
+        if getattr(e, name) is not None:
+            out.append(f"engine.{name}: verl generates with its own rollout servers; remove engine.{name} for the verl backend")
+    for name, settings in config._settings.items():
+        if getattr(settings, "mode", None) == "group":
+            out.append(
+                f"{name}.mode (group): verl scores one sample at a time, so a group-mode judge would compare "
+                f"nothing; set {name}.mode=pointwise for the verl backend"
+            )
+    return out
+
+
+LOCAL_ONLY = {
+    "engine.device": "verl's rollout servers run on the GPUs Ray gives them",
+    "engine.threads": "verl's rollout servers run on the GPUs Ray gives them",
+    "engine.timeout_s": "for the openai engine, which verl does not use",
+}
+"""Settings of the local engine that have nothing to act on under verl: a notice names each one set."""
+
+
+def notices(config: RunConfig) -> list[str]:
+    """One line per local-only setting the user set, saying why verl does not use it."""
+    return [f"{key}: not used by verl ({why})" for key, why in LOCAL_ONLY.items() if key.split(".")[1] in _set(config.engine)]
+
+
+def lengths(config: RunConfig) -> tuple[int, int]:
+    """verl's ``(prompt_length, response_length)`` for the rlf budgets.
+
+    rlf's loop runs inside verl with the same config and keeps every trajectory within
+    ``max_total_tokens`` and ``max_response_tokens`` itself, stopping a prompt that leaves no room;
+    verl only needs bounds to pad to: a prompt of up to ``max_total_tokens - 1`` tokens, a response of
+    up to ``min(max_response_tokens, max_total_tokens - 1)``.
+    """
+    r = config.rollout
+    return r.max_total_tokens - 1, min(r.max_response_tokens, r.max_total_tokens - 1)
+
+
+_DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 
 def verl_overrides(
@@ -77,28 +159,29 @@ def verl_overrides(
     rlf_overrides: list[str] | None = None,
     run_dir: str | Path | None = None,
     cluster: Cluster | None = None,
+    model_path: str | Path | None = None,
+    resume: bool = False,
 ) -> list[str]:
     """verl overrides that run ``config`` with GRPO on the converted parquet files.
 
-    Raises TranslationError for settings verl has no equivalent of.
+    ``model_path`` replaces ``model.path`` (the SFT warm start's output); ``resume`` continues from the
+    run folder's latest verl checkpoint. Raises TranslationError naming every setting verl cannot honour.
     """
     from rlfcore.backends.verl import reward
 
     cluster = cluster or Cluster()
     config_path = Path(config_path).resolve()
+    refused = refusals(config)
+    if refused:
+        raise TranslationError("the verl backend cannot run this config:\n  " + "\n  ".join(refused))
     t, r = config.trainer, config.rollout
-    if t.lr_schedule not in ("constant", "cosine"):
-        raise TranslationError(f"trainer.lr_schedule: verl has constant and cosine schedules, not {t.lr_schedule!r}")
-    prompt_len = r.max_total_tokens - r.max_response_tokens
-    if prompt_len <= 0:
-        raise TranslationError(
-            f"rollout.max_total_tokens ({r.max_total_tokens}) must exceed rollout.max_response_tokens "
-            f"({r.max_response_tokens}): verl pads prompts to the difference"
-        )
+    prompt_len, response_len = lengths(config)
     micro = min(t.micro_batch_size, t.prompts_per_step * r.n)
     rlf = {"config": str(config_path), "overrides": list(rlf_overrides or [])}
     actor = "actor_rollout_ref.actor"
+    ref = "actor_rollout_ref.ref"
     rollout = "actor_rollout_ref.rollout"
+    compute = "bfloat16" if t.bf16 else "float32"
     out: dict[str, Any] = {
         "algorithm.adv_estimator": "grpo",
         "algorithm.norm_adv_by_std_in_grpo": t.std_normalize,
@@ -107,12 +190,12 @@ def verl_overrides(
         "data.val_files": str(Path(val_file or train_file).resolve()),
         "data.train_batch_size": t.prompts_per_step,
         "data.max_prompt_length": prompt_len,
-        "data.max_response_length": r.max_response_tokens,
+        "data.max_response_length": response_len,
         "data.return_raw_chat": True,
         "data.filter_overlong_prompts": False,
         "data.truncation": "error",
         "data.seed": config.seed,
-        "actor_rollout_ref.model.path": _model_path(config, config_path),
+        "actor_rollout_ref.model.path": str(model_path) if model_path else _model_path(config, config_path),
         f"{actor}.ppo_mini_batch_size": t.prompts_per_step,
         f"{actor}.ppo_micro_batch_size_per_gpu": micro,
         f"{actor}.ppo_epochs": t.epochs_per_step,
@@ -126,6 +209,11 @@ def verl_overrides(
         f"{actor}.use_kl_loss": t.kl_coef > 0,
         f"{actor}.kl_loss_coef": t.kl_coef,
         f"{actor}.loss_agg_mode": "token-mean" if t.loss_agg == "token-mean" else "seq-mean-token-mean",
+        f"{actor}.fsdp_config.dtype": compute,
+        f"{actor}.fsdp_config.seed": config.seed,
+        f"{ref}.fsdp_config.dtype": compute,
+        f"{rollout}.dtype": compute,
+        f"{rollout}.seed": config.seed,
         f"{rollout}.name": cluster.rollout,
         f"{rollout}.mode": "async",
         f"{rollout}.n": r.n,
@@ -139,7 +227,7 @@ def verl_overrides(
         f"{rollout}.multi_turn.enable": True,
         f"{rollout}.multi_turn.max_assistant_turns": r.max_turns,
         f"{rollout}.agent.default_agent_loop": AGENT_NAME,
-        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu": micro,
+        f"{ref}.log_prob_micro_batch_size_per_gpu": micro,
         "reward.custom_reward_function.path": reward.__file__,
         "reward.custom_reward_function.name": "compute_score",
         "+reward.custom_reward_function.reward_kwargs.rlf_config": rlf["config"],
@@ -149,6 +237,7 @@ def verl_overrides(
         "trainer.total_training_steps": t.steps,
         "trainer.total_epochs": max(1, t.steps),
         "trainer.save_freq": t.checkpoint_every,
+        "trainer.resume_mode": "auto" if resume else "disable",
         "trainer.test_freq": -1,
         "trainer.val_before_train": False,
         "trainer.logger": ["console"],
@@ -157,8 +246,21 @@ def verl_overrides(
         "trainer.n_gpus_per_node": cluster.gpus_per_node,
         "trainer.nnodes": cluster.nodes,
     }
+    if config.model.dtype != "auto":
+        out[f"{actor}.fsdp_config.model_dtype"] = _DTYPES[config.model.dtype]
+        out[f"{ref}.fsdp_config.model_dtype"] = _DTYPES[config.model.dtype]
+    if config.model.tokenizer:
+        out["actor_rollout_ref.model.tokenizer_path"] = str(Path(config.model.tokenizer).expanduser())
+    if t.micro_batch_tokens is not None:
+        out[f"{actor}.use_dynamic_bsz"] = True
+        out[f"{actor}.ppo_max_token_len_per_gpu"] = t.micro_batch_tokens
+    if "max_batch_size" in _set(config.engine):
+        out[f"{rollout}.max_num_seqs"] = config.engine.max_batch_size
     if run_dir is not None:
-        out["trainer.default_local_dir"] = str(Path(run_dir).resolve() / "checkpoints")
+        run = Path(run_dir).resolve()
+        out["trainer.default_local_dir"] = str(run / "checkpoints")
+        if t.samples_per_step > 0:
+            out["trainer.rollout_data_dir"] = str(run / "samples")
     if cluster.ray_address:
         out["+ray_kwargs.ray_init.address"] = cluster.ray_address
     for name, value in cluster.env_vars.items():

