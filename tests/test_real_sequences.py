@@ -256,3 +256,16 @@ def test_template_errors_name_template_message_and_difference(real_models):
         sb.assistant_ids(history, {"role": "assistant", "content": "Sure."}, None)
     text = str(err.value)
     assert "qwen2.5" in text and "chat template" in text and "assistant message 3" in text and "versus" in text
+
+
+def test_models_page_names_every_family_tested():
+    """docs/models.md lists each tested family's template by the digest rlf's errors name it with."""
+    from pathlib import Path
+
+    from rlfcore.chat import template_digest
+    from rlfcore.realmodels import FAMILIES, template
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "models.md").read_text()
+    for case in CASES.values():
+        digest = template_digest(template(FAMILIES[case.family].template))
+        assert f"`{digest}`" in page and f"`{case.parser}`" in page, (case.family, digest)

@@ -30,7 +30,7 @@ def _config(tokenizer: Path, **extra: object) -> dict:
         "seed": 0,
         "model": {"path": "model", "init": {"tokenizer": str(tokenizer), **SIZES}, **extra},
         "data": {"train": "questions.jsonl", "eval": "eval.jsonl"},
-        "sft": {"data": "demos.jsonl", "steps": 1, "batch_size": 2},
+        "sft": {"data": "demos.jsonl", "steps": 1, "batch_size": 1},
         "rollout": {"parser": "qwen3", "n": 2, "max_turns": 3, "max_total_tokens": 1024,
                     "sampling": {"temperature": 1.0, "max_tokens": 16}},
         "trainer": {"steps": 2, "prompts_per_step": 2, "micro_batch_size": 4, "checkpoint_every": 100},
@@ -90,6 +90,7 @@ def test_init_model_copies_the_real_tokenizer_and_ties_a_small_embedding(task, r
     assert weights < 6 * QWEN3_VOCABULARY * 32 * 4 / 5  # one embedding matrix (tied), not two
 
 
+@pytest.mark.slow  # a fresh rlf process (torch, transformers, the 11 MB tokenizer) and an MCP server
 def test_eval_of_the_random_model_with_the_calculator_has_no_error_stop(task, schemas):
     """``rlf eval`` on the real vocabulary: every prompt is the real template's rendering with the
     MCP calculator's schema, every generated token is in the loss mask, and nothing stops on an error."""
@@ -170,6 +171,7 @@ def test_tool_turns_on_the_tiny_models_tokenizer_are_exact(task, thinking):
         assert isinstance(t.messages[1]["tool_calls"][0]["function"]["arguments"], dict)
 
 
+@pytest.mark.slow
 def test_sft_on_the_real_vocabulary_masks_the_assistant_turns(task):
     """``rlf sft`` runs; a random model's first loss is that of a uniform guess over the whole real
     vocabulary (ln 151669 ≈ 11.93); and the SFT mask covers exactly the assistant turns as the model
@@ -201,10 +203,11 @@ def test_sft_on_the_real_vocabulary_masks_the_assistant_turns(task):
     assert texts == [f"{empty}<tool_call>\n{call}\n</tool_call><|im_end|>", f"{empty}{demo[3]['content']}<|im_end|>"]
 
 
-def test_train_runs_sft_then_two_grpo_steps(task):
-    """``rlf train`` on the real vocabulary: SFT warm start, two GRPO steps with the random model's
-    rollouts against the MCP calculator, no error stop in any sample."""
-    out = run_rlf("train", "run.yaml", "--run-dir", "train-run", cwd=task)
+@pytest.mark.slow
+def test_train_runs_two_grpo_steps(task):
+    """``rlf train`` on the real vocabulary: two GRPO steps with the random model's rollouts against
+    the MCP calculator, no error stop in any sample (SFT, the warm start, is tested above)."""
+    out = run_rlf("train", "run.yaml", "--run-dir", "train-run", "sft.steps=0", cwd=task)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     run = task / "train-run"
     assert [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()] == [1, 2]
@@ -215,3 +218,47 @@ def test_train_runs_sft_then_two_grpo_steps(task):
             assert s["stop_reason"] != "error" and s["error"] is None, s["error"]
             assert sum(s["response_mask"]) == s["generated_tokens"] > 0
     assert json.loads((run / "summary.json").read_text())["steps"] == 2
+
+
+def test_a_real_tokenizer_excludes_training_one_and_bad_folders_are_named(real_models, tmp_path):
+    """``model.init.tokenizer`` with a trained tokenizer's settings is a config error naming both; a
+    missing folder, a folder with no tokenizer and a tokenizer with no chat template are each named."""
+    from rlfcore.config import ConfigError, load_config
+    from rlfcore.trainer.model import ensure_model
+
+    with pytest.raises(ConfigError) as err:
+        load_config({"model": {"path": "m", "init": {"tokenizer": "tok", "texts": ["a.jsonl"], "vocab_size": 600}}})
+    assert "model.init" in str(err.value) and "texts, vocab_size are for a tokenizer trained here" in str(err.value)
+
+    def build(tokenizer: str) -> Path:
+        config, _ = load_config({"model": {"path": str(tmp_path / "model"), "init": {"tokenizer": tokenizer, **SIZES}}})
+        return ensure_model(config, tmp_path)
+
+    with pytest.raises(FileNotFoundError, match=r"model.init.tokenizer: no such folder: .*nowhere"):
+        build("nowhere")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="is not a tokenizer folder"):
+        build("empty")
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    source = real_models.path("qwen3")
+    shutil.copy(source / "tokenizer.json", bare)
+    settings = json.loads((source / "tokenizer_config.json").read_text())
+    del settings["chat_template"]
+    (bare / "tokenizer_config.json").write_text(json.dumps(settings))
+    with pytest.raises(ValueError, match="has no chat template"):
+        build(str(bare))
+    assert not (tmp_path / "model" / "config.json").exists()
+
+
+def test_a_llama_tokenizer_with_no_pad_token_pads_with_its_end_of_turn(real_models, tmp_path):
+    """Llama 3.1's tokenizer names ``<|eot_id|>`` as its eos and has no pad token: the model stops
+    and pads on ``<|eot_id|>``, and the copy keeps Llama's template."""
+    from transformers import AutoConfig
+
+    from rlfcore.tinymodel import build_on_tokenizer
+
+    out = build_on_tokenizer(real_models.path("llama3.1"), tmp_path / "llama", **SIZES)
+    config = AutoConfig.from_pretrained(out, local_files_only=True)
+    assert (config.vocab_size, config.eos_token_id, config.pad_token_id) == (128256, 128009, 128009)
+    assert _sha(out / "tokenizer.json") == _sha(real_models.path("llama3.1") / "tokenizer.json")
