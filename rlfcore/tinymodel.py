@@ -1,7 +1,8 @@
 """Tiny tokenizers and models built on the spot, so training runs offline and tests use real ones.
 
 Nothing is downloaded: a byte-level BPE tokenizer is trained on the caller's texts (or a real
-tokenizer folder, such as Qwen3's, is copied) and a randomly initialised Qwen3 model is sized to it. Both are seeded, so the same inputs give the same files.
+tokenizer folder, such as Qwen3's, is copied) and a randomly initialised Qwen3 model is sized to it.
+Both are seeded, so the same inputs give the same files.
 Digits are single tokens (never merged), which keeps arithmetic tasks learnable by a tiny model.
 torch, transformers and tokenizers are imported inside the functions: importing this module is cheap.
 """
@@ -150,8 +151,8 @@ TOKENIZER_FILES = (
 
 
 def copy_tokenizer(tokenizer_dir: str | Path, out_dir: str | Path) -> PreTrainedTokenizerFast:
-    """Copy a real tokenizer folder's files into ``out_dir`` byte for byte; the copy must load
-    offline and carry a chat template (rlf renders every prompt with it)."""
+    """Copy a real tokenizer folder's files into ``out_dir`` byte for byte, once they are known to
+    load offline and to carry a chat template (rlf renders every prompt with it); returns the tokenizer."""
     from transformers import AutoTokenizer
 
     src, out = Path(tokenizer_dir), Path(out_dir)
@@ -160,15 +161,15 @@ def copy_tokenizer(tokenizer_dir: str | Path, out_dir: str | Path) -> PreTrained
     files = [src / f for f in TOKENIZER_FILES if (src / f).is_file()]
     if not any(f.name in ("tokenizer.json", "tokenizer_config.json") for f in files):
         raise FileNotFoundError(f"{src} is not a tokenizer folder: it has neither tokenizer.json nor tokenizer_config.json")
-    out.mkdir(parents=True, exist_ok=True)
-    for f in files:
-        shutil.copyfile(f, out / f.name)
     try:
-        tok = AutoTokenizer.from_pretrained(str(out), local_files_only=True)
-    except Exception as exc:
+        tok = AutoTokenizer.from_pretrained(str(src), local_files_only=True)
+    except Exception as exc:  # transformers raises many kinds; the message says which folder
         raise ValueError(f"the tokenizer in {src} does not load: {exc}") from exc
     if not tok.chat_template:
         raise ValueError(f"the tokenizer in {src} has no chat template (chat_template.jinja or tokenizer_config.json's)")
+    out.mkdir(parents=True, exist_ok=True)
+    for f in files:
+        shutil.copyfile(f, out / f.name)
     return tok
 
 

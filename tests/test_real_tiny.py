@@ -2,10 +2,10 @@
 
 ``model.init.tokenizer`` builds a randomly initialised model beside a byte-for-byte copy of the real
 Qwen3 tokenizer folder (:mod:`rlfcore.realmodels`), and the real commands run on it: ``rlf
-init-model``, ``rlf eval`` with the calculator served by rlf-mcp's real MCP server, ``rlf sft`` and
-``rlf train``. A random model almost never writes a tool call, so the tool turns are played by the
-scripted engine on the same folder's tokenizer, through the same eval code, tools and rewards; the
-model, tokenizer, template, server and parser are the real ones.
+init-model``, ``rlf eval`` with the calculator served by rlf-mcp's real MCP server, and ``rlf train``
+with its SFT warm start (the stage ``rlf sft`` runs alone). A random model almost never writes a tool
+call, so the tool turns are played by the scripted engine on the same folder's tokenizer, through the
+same eval code, tools and rewards; the model, tokenizer, template, server and parser are the real ones.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def _config(tokenizer: Path, **extra: object) -> dict:
         "sft": {"data": "demos.jsonl", "steps": 1, "batch_size": 1},
         "rollout": {"parser": "qwen3", "n": 2, "max_turns": 3, "max_total_tokens": 1024,
                     "sampling": {"temperature": 1.0, "max_tokens": 16}},
-        "trainer": {"steps": 2, "prompts_per_step": 2, "micro_batch_size": 4, "checkpoint_every": 100},
+        "trainer": {"steps": 2, "prompts_per_step": 2, "micro_batch_size": 1, "checkpoint_every": 100},
         "engine": {"threads": 1},
         "tools": {"timeout_s": 10},
     }  # fmt: skip
@@ -171,21 +171,12 @@ def test_tool_turns_on_the_tiny_models_tokenizer_are_exact(task, thinking):
         assert isinstance(t.messages[1]["tool_calls"][0]["function"]["arguments"], dict)
 
 
-@pytest.mark.slow
-def test_sft_on_the_real_vocabulary_masks_the_assistant_turns(task):
-    """``rlf sft`` runs; a random model's first loss is that of a uniform guess over the whole real
-    vocabulary (ln 151669 ≈ 11.93); and the SFT mask covers exactly the assistant turns as the model
-    generates them (an empty ``<think>`` block first, the call's arguments as an object, unescaped)."""
-    import math
-
+def test_sft_masks_the_assistant_turns_as_the_model_generates_them(task):
+    """On the tiny model's real Qwen3 tokenizer the SFT mask covers exactly the assistant turns as the
+    model generates them: an empty ``<think>`` block first (thinking on), the call's arguments as an
+    object, unescaped."""
     from rlfcore.chat import load_tokenizer
     from rlfcore.sequences import SequenceBuilder
-
-    out = run_rlf("sft", "run.yaml", "--run-dir", "sft-run", cwd=task)
-    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
-    [metrics] = [json.loads(x) for x in (task / "sft-run" / "sft_metrics.jsonl").read_text().splitlines()]
-    assert abs(metrics["loss"] - math.log(QWEN3_VOCABULARY)) < 0.5, metrics
-    assert (task / "sft-run" / "checkpoints" / "sft" / "model" / "model.safetensors").exists()
 
     tok = load_tokenizer(str(task / "model"))
     demo = json.loads((task / "demos.jsonl").read_text().splitlines()[0])["messages"]
@@ -197,19 +188,25 @@ def test_sft_on_the_real_vocabulary_masks_the_assistant_turns(task):
         elif current:
             spans, current = spans + [current], []
     spans += [current] if current else []
-    texts = [tok.decode(s) for s in spans]
     call = json.dumps({"name": "calculate", "arguments": demo[1]["tool_calls"][0]["function"]["arguments"]})
-    empty = "<think>\n\n</think>\n\n"  # each turn as the model generates it, thinking on: an empty block first
-    assert texts == [f"{empty}<tool_call>\n{call}\n</tool_call><|im_end|>", f"{empty}{demo[3]['content']}<|im_end|>"]
+    empty = "<think>\n\n</think>\n\n"
+    assert [tok.decode(s) for s in spans] == [f"{empty}<tool_call>\n{call}\n</tool_call><|im_end|>",
+                                              f"{empty}{demo[3]['content']}<|im_end|>"]  # fmt: skip
 
 
-@pytest.mark.slow
-def test_train_runs_two_grpo_steps(task):
-    """``rlf train`` on the real vocabulary: two GRPO steps with the random model's rollouts against
-    the MCP calculator, no error stop in any sample (SFT, the warm start, is tested above)."""
-    out = run_rlf("train", "run.yaml", "--run-dir", "train-run", "sft.steps=0", cwd=task)
+@pytest.mark.slow  # a fresh rlf process; SFT and GRPO steps with a 151k-token output layer
+def test_train_runs_sft_then_two_grpo_steps(task):
+    """``rlf train`` on the real vocabulary: an SFT warm start whose first loss is that of a uniform
+    guess over the whole real vocabulary (ln 151669 ≈ 11.93), then two GRPO steps with the random
+    model's rollouts against the MCP calculator, no error stop in any sample."""
+    import math
+
+    out = run_rlf("train", "run.yaml", "--run-dir", "train-run", cwd=task)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
     run = task / "train-run"
+    [sft] = [json.loads(x) for x in (run / "sft_metrics.jsonl").read_text().splitlines()]
+    assert abs(sft["loss"] - math.log(QWEN3_VOCABULARY)) < 0.5, sft
+    assert (run / "checkpoints" / "sft" / "model" / "model.safetensors").exists()
     assert [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()] == [1, 2]
     for step in (1, 2):
         samples = [json.loads(x) for x in (run / "samples" / f"step_{step:06d}.jsonl").read_text().splitlines()]
@@ -248,7 +245,7 @@ def test_a_real_tokenizer_excludes_training_one_and_bad_folders_are_named(real_m
     (bare / "tokenizer_config.json").write_text(json.dumps(settings))
     with pytest.raises(ValueError, match="has no chat template"):
         build(str(bare))
-    assert not (tmp_path / "model" / "config.json").exists()
+    assert not (tmp_path / "model").exists()  # nothing written before the folder is known to be good
 
 
 def test_a_llama_tokenizer_with_no_pad_token_pads_with_its_end_of_turn(real_models, tmp_path):
