@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 if TYPE_CHECKING:
     from rlfcore.plugins import PluginManager
@@ -36,6 +36,21 @@ class ModelInit(_Section):
     template: Literal["qwen3", "compact"] = Field(
         "compact", description="Chat template: `compact` lists tools as one short line each (small models learn it faster)."
     )
+    tokenizer: str | None = Field(
+        None,
+        description="A real tokenizer folder (e.g. Qwen3's): the model is sized to its vocabulary and uses its chat "
+        "template; no tokenizer is trained.",
+    )
+
+    @model_validator(mode="after")
+    def _one_tokenizer(self) -> ModelInit:
+        trained = sorted({"texts", "vocab_size", "template"} & self.model_fields_set)
+        if self.tokenizer is not None and trained:
+            raise ValueError(
+                f"{', '.join(trained)} {'is' if len(trained) == 1 else 'are'} for a tokenizer trained here, but "
+                f"tokenizer {self.tokenizer!r} brings its own vocabulary and chat template: set one or the other"
+            )
+        return self
 
 
 class ModelConfig(_Section):

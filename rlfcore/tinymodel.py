@@ -1,7 +1,8 @@
 """Tiny tokenizers and models built on the spot, so training runs offline and tests use real ones.
 
-Nothing is downloaded: a byte-level BPE tokenizer is trained on the caller's texts and a randomly
-initialised Qwen3 model is sized to it. Both are seeded, so the same inputs give the same files.
+Nothing is downloaded: a byte-level BPE tokenizer is trained on the caller's texts (or a real
+tokenizer folder, such as Qwen3's, is copied) and a randomly initialised Qwen3 model is sized to it.
+Both are seeded, so the same inputs give the same files.
 Digits are single tokens (never merged), which keeps arithmetic tasks learnable by a tiny model.
 torch, transformers and tokenizers are imported inside the functions: importing this module is cheap.
 """
@@ -9,6 +10,7 @@ torch, transformers and tokenizers are imported inside the functions: importing 
 from __future__ import annotations
 
 import logging
+import shutil
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -87,8 +89,10 @@ def build_model(
     max_position_embeddings: int = 1024,
     seed: int = 0,
     tie_word_embeddings: bool = True,
+    tokenizer: Any = None,
 ) -> PreTrainedModel:
-    """Randomly initialise a Qwen3 causal LM sized to the tokenizer in ``tokenizer_dir``; save it to ``out_dir``."""
+    """Randomly initialise a Qwen3 causal LM sized to the tokenizer in ``tokenizer_dir`` (or to
+    ``tokenizer``, that folder's tokenizer already loaded); save it to ``out_dir``."""
     import torch
     from transformers import AutoTokenizer, GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 
@@ -96,11 +100,11 @@ def build_model(
         raise ValueError(f"hidden_size={hidden_size} is not divisible by num_heads={num_heads}")
     if num_heads % num_kv_heads:
         raise ValueError(f"num_heads={num_heads} is not divisible by num_kv_heads={num_kv_heads}")
-    tok = AutoTokenizer.from_pretrained(str(tokenizer_dir))
-    eos_id = tok.convert_tokens_to_ids(END_OF_TURN)
-    pad_id = tok.pad_token_id
-    if eos_id is None or eos_id == tok.unk_token_id or pad_id is None:
-        raise ValueError(f"tokenizer in {tokenizer_dir} lacks {END_OF_TURN!r} or a pad token; build it with build_tokenizer")
+    tok = tokenizer if tokenizer is not None else AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    eos_id = tok.eos_token_id if tok.eos_token is not None else tok.convert_tokens_to_ids(END_OF_TURN)
+    if eos_id is None or eos_id == tok.unk_token_id:
+        raise ValueError(f"tokenizer in {tokenizer_dir} names no eos_token and lacks {END_OF_TURN!r}")
+    pad_id = tok.pad_token_id if tok.pad_token_id is not None else eos_id  # Llama 3 has no pad token
     bos_id = tok.bos_token_id if tok.bos_token_id is not None else pad_id  # Qwen has no bos; it uses <|endoftext|>
     config = Qwen3Config(
         vocab_size=len(tok),
@@ -136,6 +140,48 @@ def build_tiny(
     out.mkdir(parents=True, exist_ok=True)
     build_tokenizer(texts, out, vocab_size=vocab_size, template=template)
     build_model(out, out, **sizes)
+    return out
+
+
+TOKENIZER_FILES = (
+    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+    "vocab.json", "merges.txt", "tokenizer.model", "chat_template.jinja", "chat_template.json",
+)  # fmt: skip
+"""The files of a Hugging Face tokenizer folder (a model folder's other files are not copied)."""
+
+
+def copy_tokenizer(tokenizer_dir: str | Path, out_dir: str | Path) -> PreTrainedTokenizerFast:
+    """Copy a real tokenizer folder's files into ``out_dir`` byte for byte, once they are known to
+    load offline and to carry a chat template (rlf renders every prompt with it); returns the tokenizer."""
+    from transformers import AutoTokenizer
+
+    src, out = Path(tokenizer_dir), Path(out_dir)
+    if not src.is_dir():
+        raise FileNotFoundError(f"tokenizer folder {src} does not exist")
+    files = [src / f for f in TOKENIZER_FILES if (src / f).is_file()]
+    if not any(f.name in ("tokenizer.json", "tokenizer_config.json") for f in files):
+        raise FileNotFoundError(f"{src} is not a tokenizer folder: it has neither tokenizer.json nor tokenizer_config.json")
+    try:
+        tok = AutoTokenizer.from_pretrained(str(src), local_files_only=True)
+    except Exception as exc:  # transformers raises many kinds; the message says which folder
+        raise ValueError(f"the tokenizer in {src} does not load: {exc}") from exc
+    if not tok.chat_template:
+        raise ValueError(f"the tokenizer in {src} has no chat template (chat_template.jinja or tokenizer_config.json's)")
+    out.mkdir(parents=True, exist_ok=True)
+    for f in files:
+        shutil.copyfile(f, out / f.name)
+    return tok
+
+
+def build_on_tokenizer(tokenizer_dir: str | Path, out_dir: str | Path, **sizes: Any) -> Path:
+    """A randomly initialised model sized to a real tokenizer's vocabulary, beside a copy of that
+    tokenizer in ``out_dir``: a real vocabulary and template with a model small enough for a CPU.
+
+    ``sizes`` are passed to :func:`build_model`. With a vocabulary of ~150k the tied embedding is most
+    of the parameters, so keep ``hidden_size`` small.
+    """
+    out = Path(out_dir)
+    build_model(out, out, tokenizer=copy_tokenizer(tokenizer_dir, out), **sizes)
     return out
 
 

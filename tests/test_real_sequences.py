@@ -73,6 +73,7 @@ CASES = {
     "qwen3-original": Case("qwen3-original", "qwen3", "qwen3", thinking=True),
     "qwen3-original-nothink": Case("qwen3-original", "qwen3", "qwen3", {"enable_thinking": False}),
     "qwen2.5": Case("qwen2.5", "hermes", "qwen2"),
+    "qwen3-coder": Case("qwen3-coder", "qwen3-coder", "qwen3_moe"),
     "llama3.1": Case("llama3.1", "llama3-json", "llama", parallel=False),
 }
 TRAJECTORIES = 12
@@ -80,6 +81,9 @@ TRAJECTORIES = 12
 
 
 def _call(case: Case, name: str, args: dict[str, int]) -> str:
+    if case.family == "qwen3-coder":
+        params = "".join(f"<parameter={k}>\n{v}\n</parameter>\n" for k, v in args.items())
+        return f"<tool_call>\n<function={name}>\n{params}</function>\n</tool_call>"
     if case.family.startswith("llama"):
         return json.dumps({"name": name, "parameters": args})
     return "<tool_call>\n" + json.dumps({"name": name, "arguments": args}) + "\n</tool_call>"
@@ -90,6 +94,8 @@ def _turn(case: Case, rng: random.Random, thought: str, content: str, calls: lis
     body = content
     if calls and case.family.startswith("llama"):
         body = calls[0]  # a Llama 3.1 call turn is the JSON object alone; its template keeps no text
+    elif calls and case.family == "qwen3-coder":
+        body = (content + "\n\n" if content else "") + "\n".join(calls)  # its template's spacing
     elif calls:
         body = (content + "\n" if content else "") + "\n".join(calls)
     if case.thinking:
@@ -172,7 +178,7 @@ def test_rollouts_are_exact_for_every_family(rolled):
     assert len(trajs) == TRAJECTORIES
     for t in trajs:
         assert t.stop_reason in ("answer", "no_tool_call"), (t.id, t.stop_reason, t.error)
-        expected_calls = sum(s.count('"name"') for s in script[t.row_id][:-1])
+        expected_calls = sum(max(s.count("<tool_call>"), s.count('"name"')) for s in script[t.row_id][:-1])
         assert t.tool_calls == expected_calls and t.tool_errors == 0, (t.id, t.messages)
         masked = [i for i, m in zip(t.response_ids, t.response_mask) if m]
         assert masked == _generated(tok, script[t.row_id], t.num_turns)
@@ -250,3 +256,16 @@ def test_template_errors_name_template_message_and_difference(real_models):
         sb.assistant_ids(history, {"role": "assistant", "content": "Sure."}, None)
     text = str(err.value)
     assert "qwen2.5" in text and "chat template" in text and "assistant message 3" in text and "versus" in text
+
+
+def test_models_page_names_every_family_tested():
+    """docs/models.md lists each tested family's template by the digest rlf's errors name it with."""
+    from pathlib import Path
+
+    from rlfcore.chat import template_digest
+    from rlfcore.realmodels import FAMILIES, template
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "models.md").read_text()
+    for case in CASES.values():
+        digest = template_digest(template(FAMILIES[case.family].template))
+        assert f"`{digest}`" in page and f"`{case.parser}`" in page, (case.family, digest)

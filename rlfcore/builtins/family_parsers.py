@@ -6,8 +6,10 @@
 - ``qwen3-coder``: Qwen3-Coder's XML calls,
   ``<tool_call>\\n<function=NAME>\\n<parameter=P>\\nVALUE\\n</parameter>\\n</function>\\n</tool_call>``.
   Its template writes a string value as is, an object or array as JSON and anything else through
-  Jinja's ``string`` (``2``, ``True``), so a value is read back as JSON (or ``True``/``False``/``None``)
-  when it reads as such and kept as a string otherwise; re-rendering the call gives the same text.
+  Jinja's ``string`` (``2``, ``True``). So a parameter the tool's schema types as a string stays the
+  text; any other is read back as JSON (or ``True``/``False``/``None``) when it reads as such.
+  Re-rendering the call gives the same text. The schema comes from the turn's tools, through this
+  module's ``parse_tool_calls`` (the bare parser, without a schema, reads every value as JSON first).
 
 Llama 3.x JSON calls (``<|python_tag|>``, ``parameters``, ``<|eom_id|>``) are the built-in
 ``llama3-json`` parser of :mod:`rlfcore.builtins.parsers`.
@@ -17,10 +19,10 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, Mapping
 
 from rlfcore.builtins.parsers import parse_hermes
-from rlfcore.context import SetupContext
+from rlfcore.context import SetupContext, TurnContext
 from rlfcore.hookspecs import hookimpl
 from rlfcore.types import ToolCall, ToolCallParser
 
@@ -43,8 +45,11 @@ def parse_qwen3(text: str) -> list[ToolCall]:
     return parse_hermes(text[start:])
 
 
-def parse_qwen3_coder(text: str) -> list[ToolCall]:
+def parse_qwen3_coder(text: str, schemas: Mapping[str, dict[str, Any]] | None = None) -> list[ToolCall]:
     """Every ``<tool_call><function=NAME><parameter=P>…`` in ``text``, in order.
+
+    ``schemas`` maps tool names to their JSON-schema ``parameters``: a parameter typed ``string``
+    keeps its text (``"007"`` stays a string).
 
     A call with no ``<function=…>`` inside, or text left over between its parameters, comes back with
     ``error`` set and the exact text in ``raw``; a call cut off at the end of the text (generation
@@ -58,9 +63,12 @@ def parse_qwen3_coder(text: str) -> list[ToolCall]:
             calls.append(ToolCall(name="", arguments={}, id=f"call_{k}", raw=raw, error="no <function=NAME> in the tool call"))
             continue
         name, inner = function.group(1).strip(), function.group(2)
+        properties = ((schemas or {}).get(name) or {}).get("properties") or {}
         arguments: dict[str, Any] = {}
         for parameter in _CODER_PARAMETER.finditer(inner):
-            arguments[parameter.group(1).strip()] = _value(parameter.group(2))
+            key, value = parameter.group(1).strip(), parameter.group(2)
+            typed = (properties.get(key) or {}).get("type") if isinstance(properties, dict) else None
+            arguments[key] = value if typed == "string" else _value(value)
         leftover = _CODER_PARAMETER.sub("", inner).strip()
         error = f"text outside <parameter=...> blocks: {leftover[:60]!r}" if leftover else None
         calls.append(ToolCall(name=name, arguments=arguments if error is None else {}, id=f"call_{k}", raw=raw, error=error))
@@ -85,3 +93,12 @@ PARSERS: dict[str, ToolCallParser] = {"qwen3": parse_qwen3, "qwen3-coder": parse
 @hookimpl
 def register_parsers(ctx: SetupContext) -> dict[str, ToolCallParser]:
     return dict(PARSERS)
+
+
+@hookimpl
+def parse_tool_calls(text: str, ctx: TurnContext) -> list[ToolCall] | None:
+    """``qwen3-coder`` with the turn's tool schemas, so string parameters stay strings; ``None``
+    (the default parse hook) for every other parser."""
+    if ctx.parser != "qwen3-coder" or (ctx.runtime is not None and ctx.runtime.parser(ctx.parser) is not parse_qwen3_coder):
+        return None
+    return parse_qwen3_coder(text, {name: t.parameters for name, t in ctx.tools.items()})

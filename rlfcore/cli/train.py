@@ -164,8 +164,9 @@ def rescore(input_path: str, config_path: str, overrides: tuple[str, ...], out: 
 @click.argument("overrides", nargs=-1, metavar="[dotted.key=value]...")
 def init_model(config_path: str, overrides: tuple[str, ...]) -> None:
     """Build the tiny model that model.init describes at model.path: a BPE tokenizer trained on the
-    task's own text (digits as single tokens, Qwen-style special tokens, a chat template with tools)
-    and a randomly initialised Qwen3 model. No download."""
+    task's own text (digits as single tokens, Qwen-style special tokens, a chat template with tools),
+    or a copy of the real tokenizer folder model.init.tokenizer, and a randomly initialised Qwen3
+    model sized to it. No download."""
     import asyncio
 
     from rlfcore.config import load_config

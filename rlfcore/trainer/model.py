@@ -43,7 +43,8 @@ def texts_of(files: list[Path], template: str, tools: list[dict[str, Any]] | Non
 
 
 def ensure_model(config: RunConfig, base: Path, tools: list[dict[str, Any]] | None = None) -> Path:
-    """``model.path``, built first from ``model.init`` when the folder does not exist yet."""
+    """``model.path``, built first from ``model.init`` when the folder does not exist yet: on a
+    tokenizer trained on the task's text, or on the real tokenizer folder ``model.init.tokenizer``."""
     path = resolve(config.model.path, base)
     if path is None:
         raise ValueError("the config names no model: set model.path (and model.init to build a tiny one there)")
@@ -52,6 +53,21 @@ def ensure_model(config: RunConfig, base: Path, tools: list[dict[str, Any]] | No
     init = config.model.init
     if init is None:
         raise FileNotFoundError(f"model.path {path} has no model, and model.init is not set to build one")
+    sizes = {
+        "hidden_size": init.hidden_size,
+        "num_layers": init.num_layers,
+        "num_heads": init.num_heads,
+        "num_kv_heads": init.num_kv_heads,
+        "intermediate_size": init.intermediate_size,
+        "seed": config.seed,
+    }
+    if init.tokenizer is not None:
+        from rlfcore.tinymodel import build_on_tokenizer
+
+        source = Path(init.tokenizer) if Path(init.tokenizer).is_absolute() else base / init.tokenizer
+        if not source.is_dir():
+            raise FileNotFoundError(f"model.init.tokenizer: no such folder: {source}")
+        return build_on_tokenizer(source, path, **sizes)
     from rlfcore.tinymodel import build_tiny
 
     template = COMPACT_TEMPLATE if init.template == "compact" else QWEN3_TEMPLATE
@@ -60,18 +76,7 @@ def ensure_model(config: RunConfig, base: Path, tools: list[dict[str, Any]] | No
     if missing:
         raise FileNotFoundError(f"model.init.texts: no such file: {', '.join(missing)}")
     texts = list(texts_of(files, template, tools))
-    build_tiny(
-        texts,
-        path,
-        vocab_size=init.vocab_size,
-        template=template,
-        hidden_size=init.hidden_size,
-        num_layers=init.num_layers,
-        num_heads=init.num_heads,
-        num_kv_heads=init.num_kv_heads,
-        intermediate_size=init.intermediate_size,
-        seed=config.seed,
-    )
+    build_tiny(texts, path, vocab_size=init.vocab_size, template=template, **sizes)
     return path
 
 
