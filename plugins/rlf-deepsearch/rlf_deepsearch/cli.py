@@ -57,11 +57,18 @@ def cli() -> None:
 @_b
 @click.option("--batch-size", default=256, show_default=True, type=click.IntRange(0),
               help="Queries of concurrent requests searched as one batch, at most; 0: no batching.")
+@click.option("--threads", default=1, show_default=True, type=click.IntRange(1),
+              help="dense/hybrid: torch threads of the encoder (on busy cores, more threads wait on each other).")
 @click.option("--verbose", is_flag=True, help="Log every request.")
 def serve(corpus: Path, index_dir: Path | None, host: str, port: int, topk: int, retriever: str, encoder: str,
-          index_kind: str, stemmer: str, k1: float, b: float, batch_size: int, verbose: bool) -> None:
+          index_kind: str, stemmer: str, k1: float, b: float, batch_size: int, threads: int, verbose: bool) -> None:
     """Serve a corpus's index over Search-R1's retriever API (POST /retrieve)."""
     from rlf_deepsearch.server import RetrievalServer
+
+    if retriever != "bm25":
+        import torch
+
+        torch.set_num_threads(threads)  # this process only serves: its encoder may take what it asks for
 
     index = _open_index(corpus, index_dir, stemmer, k1, b, retriever, encoder, index_kind)
     server = RetrievalServer(index, host, port, topk=topk, passages=len(index), quiet=not verbose, batch_size=batch_size)
@@ -89,17 +96,19 @@ def index(corpus: Path, index_dir: Path | None, retriever: str, encoder: str, in
 
 @cli.command()
 @click.argument("inputs", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("-o", "--out", required=True, type=click.Path(dir_okay=False, path_type=Path), help="Rows to write (JSONL).")
+@click.option("-o", "--out", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="Rows to write: JSONL, or a .parquet in Search-R1's (and verl's) training layout.")
 @click.option("--format", "fmt", type=click.Choice(["hermes", "search-r1"]), default="hermes", show_default=True,
-              help="Which instructions the prompt carries; match deepsearch.format.")
+              help="Which instructions the prompt carries; match deepsearch.format (a .parquet is always search-r1).")
 @click.option("--env", default="deepsearch", show_default=True, help="The rows' environment.")
+@click.option("--split", default="train", show_default=True, help="A .parquet's extra_info.split (train, test).")
 @click.option("--limit", type=click.IntRange(min=1), help="Write at most N rows.")
-def prepare(inputs: tuple[Path, ...], out: Path, fmt: str, env: str, limit: int | None) -> None:
-    """Turn NQ-open / HotpotQA style JSONL ({question, answer(s)}) into rlf rows."""
+def prepare(inputs: tuple[Path, ...], out: Path, fmt: str, env: str, split: str, limit: int | None) -> None:
+    """Turn NQ-open / HotpotQA style JSONL ({question, answer(s)}) into rlf rows or Search-R1's parquet."""
     from rlf_deepsearch.prepare import PrepareError, prepare as run
 
     try:
-        n = run(list(inputs), out, fmt, env, limit)
+        n = run(list(inputs), out, fmt, env, limit, split)
     except PrepareError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(f"wrote {n} rows to {out}")

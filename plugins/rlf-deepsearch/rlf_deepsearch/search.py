@@ -8,6 +8,7 @@ which is what makes a shared GPU retriever (e5 + FAISS) efficient.
 from __future__ import annotations
 
 import queue
+import sys
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -230,10 +231,39 @@ def shared_searcher(settings: Settings, base: Path) -> Batcher:
             if settings.retriever_url:
                 searcher: Searcher = RemoteSearcher(settings.retriever_url, settings.timeout_s)
                 _SHARED[key] = Batcher(searcher, settings.batch_size, workers=4)
+            elif share_of(settings) == "node":
+                from rlf_deepsearch.node_server import attach, server_command, state_dir
+
+                cmd = server_command(corpus, settings.retriever, index_dir, encoder or settings.encoder,
+                                     settings.index_kind, settings.k1, settings.b, settings.stemmer, 256)
+                url = attach(cmd, state_dir(index_dir))
+                _NODE_SERVERS.append((cmd, state_dir(index_dir)))
+                _SHARED[key] = Batcher(RemoteSearcher(url, settings.timeout_s), settings.batch_size, workers=4)
             else:
                 local = open_local(corpus, settings.retriever, index_dir, params, encoder, settings.index_kind)
                 _SHARED[key] = Batcher(local, settings.batch_size, workers=1)
         return _SHARED[key]
+
+
+_NODE_SERVERS: list[tuple[list[str], Path]] = []
+
+
+def share_of(settings: Settings) -> str:
+    """``process`` or ``node``; ``auto`` is node inside a Ray worker (the verl backend), where many
+    processes on a node would each load the index."""
+    if settings.share != "auto":
+        return settings.share
+    ray = sys.modules.get("ray")
+    return "node" if ray is not None and getattr(ray, "is_initialized", lambda: False)() else "process"
+
+
+def release_node_servers() -> None:
+    """Leave the node servers this process attached to; the last client of each stops it."""
+    from rlf_deepsearch.node_server import detach
+
+    with _LOCK:
+        while _NODE_SERVERS:
+            detach(*_NODE_SERVERS.pop())
 
 
 def encoder_name(encoder: str | None, base: Path) -> str | None:

@@ -28,6 +28,11 @@ class Settings(BaseModel):
     retriever_url: str | None = Field(
         None, description="A Search-R1 retrieval server (http://host:port[/retrieve]) used instead of a local index."
     )
+    share: Literal["auto", "process", "node"] = Field(
+        "auto",
+        description="A local index loaded in each process, or one retrieval server per node that every worker "
+        "process on it uses (started by the first, stopped by the last); auto: node inside Ray (verl), else process.",
+    )
     topk: int = Field(3, ge=1, le=100, description="Passages per search.")
     max_chars: int = Field(3000, ge=200, description="Length limit of one search's formatted result.")
     format: Literal["hermes", "search-r1"] = Field(
