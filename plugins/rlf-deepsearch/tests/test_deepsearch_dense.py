@@ -180,3 +180,18 @@ def test_a_corpus_without_passages_is_named(tmp_path):
     empty.write_text("\n")
     with pytest.raises(ValueError, match="the corpus has no passages"):
         DenseIndex.open(empty, ENCODER, tmp_path / "cache")
+
+
+def test_benchmark_measures_on_a_tiny_subset(small, flat):
+    """benchmarks/dense_search.py's measurement on the small corpus (its index is already cached)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from dense_search import measure, table
+
+    corpus, questions, cache = small
+    rows = [measure(name, corpus, questions, cache, ENCODER, single=3) for name in ("bm25", "dense-flat", "hybrid")]
+    assert [r["retriever"] for r in rows] == ["bm25", "dense-flat", "hybrid"]
+    assert all(r["qps_single"] > 0 and r["qps_batched"] > 0 and 0 <= r["recall@10"] <= 1 for r in rows)
+    assert all(r["recall@2"] <= r["recall@5"] <= r["recall@10"] for r in rows)
+    assert "dense-flat" in table(rows)
