@@ -195,6 +195,8 @@ def open_local(corpus: Path, retriever: Retriever = "bm25", cache_dir: Path | No
     from rlf_deepsearch.index import BM25Index, IndexParams
 
     params = params or IndexParams()
+    if retriever not in ("bm25", "dense", "hybrid"):
+        raise ValueError(f"retriever {retriever!r} is not one of bm25, dense, hybrid")
     if retriever == "bm25":
         return BM25Index.open(corpus, cache_dir, params)
     from rlf_deepsearch.dense import DenseIndex, HybridIndex, require_dense
@@ -205,9 +207,7 @@ def open_local(corpus: Path, retriever: Retriever = "bm25", cache_dir: Path | No
     dense = DenseIndex.open(corpus, encoder, cache_dir, kind)  # type: ignore[arg-type]
     if retriever == "dense":
         return dense
-    if retriever == "hybrid":
-        return HybridIndex(BM25Index.open(corpus, cache_dir, params), dense)
-    raise ValueError(f"retriever {retriever!r} is not one of bm25, dense, hybrid")
+    return HybridIndex(BM25Index.open(corpus, cache_dir, params), dense)
 
 
 _SHARED: dict[tuple[Any, ...], Batcher] = {}
@@ -225,7 +225,7 @@ def shared_searcher(settings: Settings, base: Path) -> Batcher:
     encoder = encoder_name(settings.encoder, base) if settings.retriever != "bm25" else None
     key = (settings.retriever_url, settings.timeout_s) if settings.retriever_url else (
         corpus, index_dir, params, settings.retriever, encoder, settings.index_kind)
-    key += (settings.batch_size,)
+    key += (settings.batch_size, share_of(settings))
     with _LOCK:
         if key not in _SHARED:
             if settings.retriever_url:
@@ -233,9 +233,10 @@ def shared_searcher(settings: Settings, base: Path) -> Batcher:
                 _SHARED[key] = Batcher(searcher, settings.batch_size, workers=4)
             elif share_of(settings) == "node":
                 from rlf_deepsearch.node_server import attach, server_command, state_dir
+                from rlf_deepsearch.server import BATCH_SIZE
 
                 cmd = server_command(corpus, settings.retriever, index_dir, encoder or settings.encoder,
-                                     settings.index_kind, settings.k1, settings.b, settings.stemmer, 256)
+                                     settings.index_kind, settings.k1, settings.b, settings.stemmer, BATCH_SIZE)
                 url = attach(cmd, state_dir(index_dir))
                 _NODE_SERVERS.append((cmd, state_dir(index_dir)))
                 _SHARED[key] = Batcher(RemoteSearcher(url, settings.timeout_s), settings.batch_size, workers=4)
