@@ -1,4 +1,4 @@
-"""Search backends (a local BM25 index or a Search-R1 retrieval server), batching, and the result text.
+"""Search backends (local BM25, dense or hybrid indexes, or a Search-R1 retrieval server), batching, result text.
 
 Every backend answers ``search(queries, topk)`` for a batch of queries. Trajectories search one query
 at a time and concurrently; :class:`Batcher` turns the queries waiting at a moment into one batch,
