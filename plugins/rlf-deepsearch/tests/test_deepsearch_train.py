@@ -3,6 +3,7 @@ verl's dry run, both on Search-R1's parquet written by ``rlf-deepsearch prepare`
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pyarrow.parquet as pq
@@ -62,3 +63,54 @@ def test_verl_dry_run_of_search_r1(run_config, tmp_path):
         assert record["prompt"][0]["content"] == INSTRUCTIONS["search-r1"].format(question=original["question"])
         row = json.loads(record["extra_info"]["rlf_row"])
         assert row["reward_model"]["ground_truth"] == {"target": original["golden_answers"]}
+
+
+@pytest.mark.slow
+def test_local_trainer_learns_from_search_r1_trajectories(run_config, tmp_path):
+    """Two GRPO steps where every trajectory searches, reads the <information> block and answers.
+
+    A random tiny model never writes Search-R1's tags, so its turns are scripted (ScriptedEngine,
+    a stand-in for sampling only): everything else is real, the plugin's parsing, BM25 search,
+    raw in-turn observations, Search-R1's reward, the loss and the update of the tiny model."""
+    import yaml as _yaml
+
+    from rlfcore.data import read_rows
+    from rlfcore.engines.scripted import ScriptedEngine
+    from rlfcore.testing import make_runtime
+    from rlfcore.trainer.local import LocalTrainer
+    from rlfcore.trainer.model import load_policy
+    from rlfcore.trainer.rundir import RunDir
+
+    path, data = run_config
+    config = _yaml.safe_load(path.read_text())
+    config["trainer"].update({"steps": 2, "prompts_per_step": 2, "lr": 0.01})
+    config["rollout"].update({"max_response_tokens": 3072, "max_total_tokens": 4096})  # room for the passages
+    config["rollout"]["sampling"]["max_tokens"] = 200
+    rows = read_rows(data)
+    golds = {row.id: row.ground_truth["target"][0] for row in rows}
+
+    def policy(request_id: str, prompt: str) -> str:
+        """Even samples of a group answer right, odd ones wrong; each searches first."""
+        row_id, k = request_id.rsplit("#", 1)
+        if "\n\n<information>" not in prompt:  # the instructions name the tag too, after a space
+            return "<think>I should look this up.</think>\n<search>Kiss and Tell 1945 film</search>"
+        answer = golds[row_id] if int(k) % 2 == 0 else "no idea"
+        return f"<think>The passages say so.</think>\n<answer>{answer}</answer>"
+
+    runtime = make_runtime(config)
+    model, hf_tok = load_policy(config["model"]["path"], "cpu")
+    run_dir = RunDir(tmp_path / "run")
+    trainer = LocalTrainer(runtime, model, hf_tok, rows, run_dir)
+    trainer.rollout.engine = ScriptedEngine(trainer.tok, policy)
+    collected, _, _ = asyncio.run(trainer._collect(rows[:1]))
+    assert collected  # a real rollout of the first question, searched then answered
+    history = trainer.run()
+    run_dir.close()
+    assert [m["step"] for m in history] == [1, 2]
+    for m in history:
+        assert m["tool_use"] == 1.0 and m["reward_errors"] == 0
+        assert 0 < m["reward_mean"] < 1 and m["reward_std"] > 0  # right and wrong answers in each group
+        assert m["grad_norm"] > 0
+    samples = [json.loads(x) for x in (tmp_path / "run" / "samples" / "step_000001.jsonl").read_text().splitlines()]
+    assert any(s["reward"] == 1.0 for s in samples) and any(s["reward"] < 1.0 for s in samples)
+    assert all("<information>Doc 1(Title:" in json.dumps(s["messages"]) for s in samples)  # the passages were read
