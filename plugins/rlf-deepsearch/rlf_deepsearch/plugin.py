@@ -13,6 +13,7 @@ Nothing heavy is imported here: bm25s, numpy and httpx load when a search backen
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 from pydantic import BaseModel
@@ -77,6 +78,14 @@ def register_tools(ctx: SetupContext) -> list[Tool]:
     if settings.format == "search-r1":
         return []  # Search-R1 prompts describe the tags; a listed tool would add the Hermes instructions
     return [search_tool(settings, base_dir(ctx))]
+
+
+@hookimpl
+def shutdown(ctx: SetupContext) -> None:
+    """Leave the node's shared retrieval server, if this process used one (the last client stops it)."""
+    search = sys.modules.get("rlf_deepsearch.search")  # not imported: no search ran, nothing to leave
+    if search is not None:
+        search.release_node_servers()
 
 
 @hookimpl

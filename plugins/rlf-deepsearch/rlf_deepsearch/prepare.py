@@ -3,6 +3,13 @@
 A record has a ``question`` and its gold answers under ``answer``, ``answers`` or
 ``golden_answers`` (a string or a list). A row is ``{"id", "env", "prompt", "ground_truth": [...],
 "extra"}``; ``extra`` keeps the question and any ``supporting_ids`` (for retrieval recall).
+
+An output ending in ``.parquet`` gets Search-R1's training layout instead (its
+``scripts/data_process/nq_search.py``), which is also verl's: the record's ``id``, ``question``
+(ending in "?") and ``golden_answers``, then ``data_source`` (``nq``, ``hotpotqa``), ``prompt`` (one
+user message with Search-R1's instructions), ``ability`` ``fact-reasoning``, ``reward_model``
+``{"style": "rule", "ground_truth": {"target": [...]}}`` and ``extra_info`` ``{"split", "index"}``.
+An ``env`` column routes the rows to this plugin when rlf reads them; Search-R1 and verl ignore it.
 """
 
 from __future__ import annotations
@@ -77,20 +84,61 @@ def to_row(record: Any, where: str, row_id: str, fmt: str = "hermes", env: str =
     }
 
 
-def prepare(inputs: list[Path], out: Path, fmt: str = "hermes", env: str = "deepsearch", limit: int | None = None) -> int:
-    """Write the rows of every input to ``out`` (JSONL); returns how many. Ids must be unique."""
+def data_source(path: Path) -> str:
+    """Search-R1's name of a QA file's dataset, from its file or folder name (``nq``, ``hotpotqa``, ...)."""
+    name = f"{path.parent.name}/{path.stem}".lower()
+    for source in ("hotpotqa", "2wikimultihopqa", "musique", "bamboogle", "triviaqa", "popqa", "nq"):
+        if source in name.replace("-", "").replace("_", ""):
+            return source
+    return path.stem
+
+
+def search_r1_record(row: dict[str, Any], source: str, split: str, index: int, env: str) -> dict[str, Any]:
+    """An rlf row (of :func:`to_row`, search-r1 format) in Search-R1's parquet layout."""
+    question = row["extra"]["question"]
+    asked = question if question.endswith("?") else question + "?"
+    extra = {"split": split, "index": index, **{k: v for k, v in row["extra"].items() if k != "question"}}
+    return {
+        "id": row["id"],
+        "question": asked,
+        "golden_answers": row["ground_truth"],
+        "data_source": source,
+        "prompt": [{"role": "user", "content": row["prompt"]}],
+        "ability": "fact-reasoning",
+        "reward_model": {"style": "rule", "ground_truth": {"target": row["ground_truth"]}},
+        "extra_info": extra,
+        "env": env,
+    }
+
+
+def prepare(inputs: list[Path], out: Path, fmt: str = "hermes", env: str = "deepsearch", limit: int | None = None,
+            split: str = "train") -> int:
+    """Write the rows of every input to ``out`` (JSONL, or Search-R1's parquet layout for a ``.parquet``
+    name, which implies the search-r1 format); returns how many. Ids must be unique."""
+    parquet = out.suffix == ".parquet"
+    if parquet:
+        fmt = "search-r1"
     seen: set[str] = set()
-    count = 0
+    rows: list[dict[str, Any]] = []
+    for path in inputs:
+        source = data_source(path)
+        for i, (where, record) in enumerate(read_records(path)):
+            if limit is not None and len(rows) >= limit:
+                break
+            row = to_row(record, where, f"{path.stem}-{i:06d}", fmt, env)
+            if row["id"] in seen:
+                raise PrepareError(f"{where}: duplicate id {row['id']!r}")
+            seen.add(row["id"])
+            rows.append(search_r1_record(row, source, split, len(rows), env) if parquet else row)
     out.parent.mkdir(parents=True, exist_ok=True)
-    with out.open("w") as f:
-        for path in inputs:
-            for i, (where, record) in enumerate(read_records(path)):
-                if limit is not None and count >= limit:
-                    return count
-                row = to_row(record, where, f"{path.stem}-{i:06d}", fmt, env)
-                if row["id"] in seen:
-                    raise PrepareError(f"{where}: duplicate id {row['id']!r}")
-                seen.add(row["id"])
-                f.write(json.dumps(row, ensure_ascii=False) + "\n")
-                count += 1
-    return count
+    if parquet:
+        if not rows:
+            raise PrepareError(f"no records in {', '.join(map(str, inputs))}: nothing to write to {out}")
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.Table.from_pylist(rows), out)
+    else:
+        with out.open("w") as f:
+            f.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+    return len(rows)

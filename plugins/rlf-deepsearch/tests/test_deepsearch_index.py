@@ -133,6 +133,28 @@ def test_batcher_groups_concurrent_searches():
     assert max(len(b) for b in backend.batches) == 8 and len(backend.batches) < 20
 
 
+def test_batcher_keeps_each_request_whole_and_in_its_own_order():
+    """Requests of several queries (the server's): a batch never splits one, a request over the batch
+    size runs alone, and each caller gets its own queries' passages at its own topk."""
+    backend = _Recorder()
+    batcher = Batcher(backend, batch_size=8)
+    requests = {i: [f"r{i}q{j}" for j in range(n)] for i, n in enumerate([3, 5, 2, 12, 1, 4, 6, 3])}
+    results: dict[int, list] = {}
+    threads = [threading.Thread(target=lambda i=i: results.__setitem__(i, batcher.search_many(requests[i], 1 + i % 3)))
+               for i in requests]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(10)
+    for i, queries in requests.items():
+        assert results[i] == [[Passage(q, q, q)] * (1 + i % 3) for q in queries]
+    for batch in backend.batches:
+        owners = [q.split("q")[0] for q in batch]
+        assert all(owners.count(o) == len(requests[int(o[1:])]) for o in set(owners))  # whole requests only
+        assert len(batch) <= 8 or len(set(owners)) == 1
+    assert batcher.search_many([], 3) == []
+
+
 def test_batcher_passes_errors_to_each_caller():
     class Broken:
         def search(self, queries, topk):

@@ -56,3 +56,32 @@ def test_flashrag_answers_and_duplicate_ids(tmp_path):
         prepare([src], tmp_path / "out.jsonl")
     result = CliRunner().invoke(cli, ["prepare", str(src), "-o", str(tmp_path / "o.jsonl")])
     assert result.exit_code == 1 and "duplicate id 'a'" in result.output
+
+
+def test_search_r1_parquet_layout_from_nq_and_hotpotqa(shared_data, tmp_path):
+    """Search-R1's nq_hotpotqa training file: NQ and HotpotQA rows in one parquet, in the columns its
+    scripts/data_process/nq_search.py writes, read back by rlf as they are."""
+    import pyarrow.parquet as pq
+
+    from rlf_deepsearch.answers import gold_answers
+
+    out = tmp_path / "train.parquet"
+    nq, hp = shared_data / "qa/nq_open/NQ-open.dev.jsonl", shared_data / "qa/hotpotqa/questions.jsonl"
+    result = CliRunner().invoke(cli, ["prepare", str(nq), str(hp), "-o", str(out), "--split", "test"])
+    assert result.exit_code == 0, result.output
+    assert "wrote 3860 rows" in result.output
+    table = pq.read_table(out).to_pylist()
+    assert {k for k in table[0]} == {"id", "question", "golden_answers", "data_source", "prompt", "ability",
+                                     "reward_model", "extra_info", "env"}
+    first, last = table[0], table[-1]
+    assert first["data_source"] == "nq" and last["data_source"] == "hotpotqa"
+    assert first["question"] == "when was the last time anyone was on the moon?"
+    assert first["prompt"] == [{"role": "user", "content": INSTRUCTIONS["search-r1"].format(question=first["question"])}]
+    assert first["prompt"][0]["content"].endswith("Question: when was the last time anyone was on the moon?\n")
+    assert first["ability"] == "fact-reasoning"
+    assert first["reward_model"] == {"style": "rule", "ground_truth": {"target": ["14 December 1972 UTC", "December 1972"]}}
+    assert first["extra_info"]["split"] == "test" and [r["extra_info"]["index"] for r in table[:3]] == [0, 1, 2]
+    assert last["extra_info"]["supporting_ids"] and len({r["id"] for r in table}) == 3860
+    rows = read_rows(out)  # rlf reads Search-R1's file unchanged and routes it to this plugin
+    assert rows[0].env == "deepsearch" and gold_answers(rows[0].ground_truth) == ["14 December 1972 UTC", "December 1972"]
+    assert rows[-1].prompt[0]["content"] == last["prompt"][0]["content"]
