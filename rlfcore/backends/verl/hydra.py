@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlfcore.backends.verl import AGENT_NAME
+from rlfcore.backends.verl import AGENT_NAME, REWARD_MANAGER
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -228,6 +228,7 @@ def verl_overrides(
         f"{rollout}.multi_turn.max_assistant_turns": r.max_turns,
         f"{rollout}.agent.default_agent_loop": AGENT_NAME,
         f"{ref}.log_prob_micro_batch_size_per_gpu": micro,
+        "reward.reward_manager.name": REWARD_MANAGER,
         "reward.custom_reward_function.path": reward.__file__,
         "reward.custom_reward_function.name": "compute_score",
         "+reward.custom_reward_function.reward_kwargs.rlf_config": rlf["config"],
@@ -261,6 +262,7 @@ def verl_overrides(
         out["trainer.default_local_dir"] = str(run / "checkpoints")
         if t.samples_per_step > 0:
             out["trainer.rollout_data_dir"] = str(run / "samples")
+            out["+reward.custom_reward_function.reward_kwargs.rlf_samples_dir"] = str(run / "samples")
     if cluster.ray_address:
         out["+ray_kwargs.ray_init.address"] = cluster.ray_address
     for name, value in cluster.env_vars.items():
