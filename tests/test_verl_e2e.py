@@ -51,7 +51,7 @@ def test_verl_trains_resumes_and_leaves_nothing_behind(tmp_path):
     try:
         env = {**os.environ, **verl_cpu.ENV}
         cmd = [PYTHON, "-m", "rlfcore.backends.verl.gpu_check", str(tmp_path / "work"), "--", *verl_cpu.overrides(ray_temp)]
-        session = verl_cpu.run_session(cmd, env, timeout_s=1500)
+        session = verl_cpu.run_session(cmd, env, timeout_s=2700)
     finally:
         shutil.rmtree(ray_temp, ignore_errors=True)
     logs = sorted((tmp_path / "work").glob("run-*.log"))
@@ -66,6 +66,7 @@ def test_verl_trains_resumes_and_leaves_nothing_behind(tmp_path):
     steps, problems = summary
     assert problems == [], problems
     print("verl e2e steps:", json.dumps(steps["steps"]))
+    print("verl e2e stop reasons:", steps["stop_reasons"], "tool calls:", steps["tool_calls"])
     metrics = steps["steps"]
     assert sorted(metrics) == ["1", "2", "3"]
     # rollout and actor agree on the log-probs: vLLM samples from the weights verl syncs each step
@@ -73,6 +74,10 @@ def test_verl_trains_resumes_and_leaves_nothing_behind(tmp_path):
     # verl's dumps hold what rlf's loop produced, scored by rlf's reward (the share of digits)
     rows = [json.loads(line) for line in (run / "samples" / "1.jsonl").read_text().splitlines()]
     assert len(rows) == 8 and all(0.0 <= r["score"] <= 1.0 for r in rows) and any(r["output"] for r in rows)
+    # beside them, rlf's records carry the trace: messages, stop reason, reward components
+    records = [json.loads(line) for line in (run / "samples" / "step_000001.jsonl").read_text().splitlines()]
+    assert len(records) == 8 and all(r["messages"][0]["role"] == "user" and r["stop_reason"] != "error" for r in records)
+    assert all(r["reward_components"]["score"] == r["reward"] and r["reward_error"] is None for r in records)
     # the run's config reached verl as rlf translated it
     config = (run / "verl" / "config.yaml").read_text()
     assert "default_agent_loop: rlf_agent" in config and "resume_mode: auto" in config

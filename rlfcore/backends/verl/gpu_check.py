@@ -6,7 +6,7 @@
 bundled calculator server) and rlf's reward pipeline, saving a checkpoint each step; then
 ``--resume`` runs a 3rd step from that checkpoint. Then verl's own outputs are checked: its metrics
 (rewards, a non-zero gradient, the rollout weight versions), its rollout dumps and its checkpoint
-files. The model is random, so its rewards come from a score it can earn by chance (the share of
+files, and rlf's own per-sample records beside the dumps. The model is random, so its rewards come from a score it can earn by chance (the share of
 digits in its answer), which still gives GRPO a gradient. Prints a JSON summary as the last line;
 exit code 0 only when both runs finished and every check passed. Needs ``rlfcore[verl]`` and
 rlf-mcp installed (the entry point must be in the environment) and vLLM.
@@ -119,19 +119,33 @@ def check(run_dir: Path) -> tuple[dict[str, Any], list[str]]:
         actor = ckpt / f"global_step_{step}" / "actor"
         if not actor.is_dir() or not any(actor.iterdir()):
             problems.append(f"no actor checkpoint in {actor}")
-    dumps = {}
+    dumps, traces = {}, {}
     for step in range(1, STEPS + 2):
         path = run_dir / "samples" / f"{step}.jsonl"
         rows = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
         dumps[step] = rows
         if not rows or any(not {"input", "output", "score"} <= set(r) for r in rows):
             problems.append(f"verl's rollout dump {path} is missing or lacks input/output/score")
+        path = run_dir / "samples" / f"step_{step:06d}.jsonl"
+        records = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+        traces[step] = records
+        if len(records) != len(rows):
+            problems.append(f"rlf's records {path} hold {len(records)} samples, verl's dump {len(rows)}")
+        for rec in records:
+            missing = {"messages", "stop_reason", "tool_calls", "reward", "reward_components", "weight_version"} - set(rec)
+            if missing or rec["weight_version"] != step - 1 or rec["messages"][-1]["role"] != "assistant":
+                problems.append(f"rlf's record of {rec.get('id')} in {path} lacks {sorted(missing)} or is not step {step}'s")
+                break
+        if sorted(round(r["score"], 4) for r in rows) != sorted(round(r["reward"], 4) for r in records):  # verl's are float32
+            problems.append(f"step {step}: verl's dumped scores are not the rewards of rlf's records")
     summary = {
         "steps": {s: {k: m.get(k) for k in ("critic/score/mean", "actor/grad_norm", "timing_s/step", "timing_s/gen",
                                             "timing_s/update_actor", "timing_s/update_weights", "num_turns/mean",
                                             "training/rollout_probs_diff_max")} for s, m in sorted(steps.items())},
         "latest_checkpoint": latest,
         "dumped_samples": {s: len(rows) for s, rows in dumps.items()},
+        "stop_reasons": {s: sorted({r["stop_reason"] for r in recs}) for s, recs in traces.items()},
+        "tool_calls": {s: sum(r["tool_calls"] for r in recs) for s, recs in traces.items()},
     }
     return summary, problems
 
