@@ -137,3 +137,19 @@ def test_a_record_that_cannot_be_written_costs_no_reward(tiny, tmp_path, caplog)
         result = asyncio.run(compute_score("adder", "1", "1", extra, rlf_config=str(config), rlf_samples_dir=str(blocked)))
     assert result == {"score": 1.0, "rlf_error": 0.0}
     assert "cannot write the record of sample q0#a" in caplog.text and str(blocked) in caplog.text
+
+
+@pytest.mark.parametrize("resume, kept", [(False, []), (True, ["step_000001.jsonl", "step_000002.jsonl"])])
+def test_a_run_starts_the_records_of_the_steps_it_runs_afresh(tmp_path, resume, kept):
+    """Records are appended, so a fresh run, or a resumed one past its checkpoint, must not add to
+    an earlier attempt's: with verl's latest checkpoint at step 2, steps 3 on are run again."""
+    from rlfcore.backends.verl.launch import clear_records
+
+    samples = tmp_path / "samples"
+    samples.mkdir()
+    for name in ("step_000001.jsonl", "step_000002.jsonl", "step_000003.jsonl", "step_unknown.jsonl", "3.jsonl"):
+        (samples / name).write_text("{}\n")
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "latest_checkpointed_iteration.txt").write_text("2\n")
+    clear_records(tmp_path, resume)
+    assert sorted(p.name for p in samples.iterdir()) == ["3.jsonl", *kept]  # verl's own dump is verl's
