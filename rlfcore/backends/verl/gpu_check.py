@@ -1,6 +1,6 @@
 """verl's real GRPO trainer end to end on a tiny model: the GPU check, and the flow the CPU test runs.
 
-    python -m rlfcore.backends.verl.gpu_check [WORKDIR] [-- raw verl overrides]
+    python -m rlfcore.backends.verl.gpu_check [WORKDIR] [--gpus N] [-- raw verl overrides]
 
 ``rlf train --backend verl`` runs 2 GRPO steps with the ``rlf_agent`` loop, a real MCP tool (rlf-mcp's
 bundled calculator server) and rlf's reward pipeline, saving a checkpoint each step; then
@@ -76,12 +76,13 @@ def write_workdir(work: Path) -> Path:
     return work / "run.yaml"
 
 
-def train(config: Path, run_dir: Path, raw: list[str], resume: bool = False, timeout_s: float | None = None) -> int:
-    """``rlf train CONFIG --backend verl`` (this environment's ``rlf``), with verl's metrics to a file."""
+def train(config: Path, run_dir: Path, raw: list[str], resume: bool = False, timeout_s: float | None = None, gpus: int = 1) -> int:
+    """``rlf train CONFIG --backend verl --gpus GPUS`` (this environment's ``rlf``), with verl's metrics to a file."""
     rlf = Path(sys.executable).with_name("rlf")
     phase = "resume" if resume else "first"
     cmd = [str(rlf), "train", str(config), *([f"trainer.steps={STEPS + 1}"] if resume else []), "--backend", "verl",
-           "--run-dir", str(run_dir), *(["--resume"] if resume else []), "--", "trainer.logger=[console,file]", *raw]
+           "--gpus", str(gpus), "--run-dir", str(run_dir), *(["--resume"] if resume else []), "--",
+           "trainer.logger=[console,file]", *raw]
     env = {**os.environ, "VERL_FILE_LOGGER_PATH": str(run_dir / f"verl-metrics-{phase}.jsonl")}
     with open(run_dir.parent / f"{run_dir.name}-{phase}.log", "w") as log:
         return subprocess.call(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=config.parent, timeout=timeout_s)
@@ -156,15 +157,20 @@ def main(argv: list[str]) -> int:
         return 2
     raw = argv[argv.index("--") + 1 :] if "--" in argv else []
     args = argv[: argv.index("--")] if "--" in argv else argv
+    gpus = 1
+    if "--gpus" in args:
+        at = args.index("--gpus")
+        gpus = int(args[at + 1])
+        args = args[:at] + args[at + 2 :]
     work = Path(args[0] if args else "verl-gpu-check").resolve()
     work.mkdir(parents=True, exist_ok=True)
     config = write_workdir(work)
     run_dir = work / "run"
     shutil.rmtree(run_dir, ignore_errors=True)  # the first run starts fresh; the second resumes it
     raw = RAW + raw
-    codes = [train(config, run_dir, raw)]
+    codes = [train(config, run_dir, raw, gpus=gpus)]
     if codes[0] == 0:
-        codes.append(train(config, run_dir, raw, resume=True))
+        codes.append(train(config, run_dir, raw, resume=True, gpus=gpus))
     summary, problems = check(run_dir)
     summary.update(exit_codes=codes, problems=problems, logs=str(work))
     print(json.dumps(summary))

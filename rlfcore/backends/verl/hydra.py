@@ -148,6 +148,13 @@ def lengths(config: RunConfig) -> tuple[int, int]:
     return r.max_total_tokens - 1, min(r.max_response_tokens, r.max_total_tokens - 1)
 
 
+def micro_batch(per_gpu: int, cap: int) -> int:
+    """verl's micro-batch per GPU: the largest divisor of a GPU's share of the step's samples that
+    is at most ``trainer.micro_batch_size``, since verl's log-prob and update passes require the
+    share to split into whole micro-batches (``workers/engine/utils.py:125``)."""
+    return max((d for d in range(1, min(cap, per_gpu) + 1) if per_gpu % d == 0), default=1)
+
+
 _DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 
@@ -176,7 +183,7 @@ def verl_overrides(
         raise TranslationError("the verl backend cannot run this config:\n  " + "\n  ".join(refused))
     t, r = config.trainer, config.rollout
     prompt_len, response_len = lengths(config)
-    micro = min(t.micro_batch_size, t.prompts_per_step * r.n)
+    micro = micro_batch(t.prompts_per_step * r.n // max(1, cluster.gpus_per_node * cluster.nodes), t.micro_batch_size)
     rlf = {"config": str(config_path), "overrides": list(rlf_overrides or [])}
     actor = "actor_rollout_ref.actor"
     ref = "actor_rollout_ref.ref"
