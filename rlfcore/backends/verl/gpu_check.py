@@ -132,6 +132,8 @@ def check(run_dir: Path) -> tuple[dict[str, Any], list[str]]:
         traces[step] = records
         if len(records) != len(rows):
             problems.append(f"rlf's records {path} hold {len(records)} samples, verl's dump {len(rows)}")
+        if len({r.get("id") for r in records}) != len(records):
+            problems.append(f"rlf's records {path} repeat a sample: samples were scored on another one's trace")
         for rec in records:
             missing = {"messages", "stop_reason", "tool_calls", "reward", "reward_components", "weight_version"} - set(rec)
             if missing or rec["weight_version"] != step - 1 or rec["messages"][-1]["role"] != "assistant":
