@@ -25,6 +25,8 @@ import verl_cpu
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = os.environ.get("RLF_VERL_CPU_PYTHON") or str(ROOT / ".venv-verl-cpu" / "bin" / "python")
+PROCESSES = int(os.environ.get("RLF_VERL_CPU_PROCESSES", "1"))
+"""Actor processes (FSDP2 ranks over gloo, ``--gpus``); 2 takes about 3 GiB more (a second vLLM server)."""
 
 pytestmark = [
     pytest.mark.slow,
@@ -50,7 +52,8 @@ def test_verl_trains_resumes_and_leaves_nothing_behind(tmp_path):
     ray_temp = Path(tempfile.mkdtemp(prefix="rlfray", dir="/tmp"))  # short: Ray's socket paths
     try:
         env = {**os.environ, **verl_cpu.ENV}
-        cmd = [PYTHON, "-m", "rlfcore.backends.verl.gpu_check", str(tmp_path / "work"), "--", *verl_cpu.overrides(ray_temp)]
+        cmd = [PYTHON, "-m", "rlfcore.backends.verl.gpu_check", str(tmp_path / "work"), "--gpus", str(PROCESSES), "--",
+               *verl_cpu.overrides(ray_temp, PROCESSES)]
         session = verl_cpu.run_session(cmd, env, timeout_s=2700)
     finally:
         shutil.rmtree(ray_temp, ignore_errors=True)
