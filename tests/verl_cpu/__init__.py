@@ -35,14 +35,14 @@ ENV = {
 """The environment of a verl run on the CPU."""
 
 
-def overrides(ray_temp: Path, processes: int = 1) -> list[str]:
-    """verl overrides for a CPU run on a 2-core machine with ``processes`` fake GPUs (as many actor
-    processes, FSDP2 ranks over gloo, as ``--gpus`` asks for); ``ray_temp`` must be a short path (Ray puts Unix sockets
-    there, and their paths may not exceed 107 bytes)."""
+def overrides(ray_temp: Path, gpus: int = 1) -> list[str]:
+    """verl overrides for a CPU run on a 2-core machine with ``gpus`` fake GPUs (one per actor
+    process, an FSDP2 rank over gloo, and one per reward-model server); ``ray_temp`` must be a
+    short path (Ray puts Unix sockets there, and their paths may not exceed 107 bytes)."""
     return [
         f"+ray_kwargs.ray_init._temp_dir={ray_temp}",
         "ray_kwargs.ray_init.num_cpus=16",  # TransferQueue's 1-CPU actors and the {"CPU": 10} bundle on 2 cores
-        f"+ray_kwargs.ray_init.num_gpus={processes}",  # the fake GPU resource verl's placement groups ask for
+        f"+ray_kwargs.ray_init.num_gpus={gpus}",  # the fake GPU resource verl's placement groups ask for
         "+ray_kwargs.ray_init.include_dashboard=false",
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
         "actor_rollout_ref.actor.strategy=fsdp2",  # FSDP1 needs an accelerator (device_id=...)
