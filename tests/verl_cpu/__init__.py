@@ -56,9 +56,10 @@ def overrides(ray_temp: Path, gpus: int = 1) -> list[str]:
     ]
 
 
-LEAKS = ("psm_", "verl_weights_")
+LEAKS = ("psm_", "verl_weights_", "sem.mp-")
 """``/dev/shm`` entries a verl run leaves: Ray SIGKILLs the vLLM server, so vLLM's shared-memory
-queues (``psm_*``) are never unlinked; a crashed weight sync leaves ``verl_weights_*``."""
+queues (``psm_*``) are never unlinked; a crashed weight sync leaves ``verl_weights_*``; a worker
+killed while it holds a ``multiprocessing`` lock leaves its POSIX semaphore (``sem.mp-*``)."""
 
 SOCKETS = "rl-colocate-zmq-"
 """verl's weight-sync ZMQ socket, in the system's temp root (hard-coded in vllm_rollout.py:141)."""
