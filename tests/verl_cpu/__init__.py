@@ -35,13 +35,14 @@ ENV = {
 """The environment of a verl run on the CPU."""
 
 
-def overrides(ray_temp: Path) -> list[str]:
-    """verl overrides for a CPU run on a 2-core machine; ``ray_temp`` must be a short path (Ray puts
-    Unix sockets there, and their paths may not exceed 107 bytes)."""
+def overrides(ray_temp: Path, gpus: int = 1) -> list[str]:
+    """verl overrides for a CPU run on a 2-core machine with ``gpus`` fake GPUs (one per actor
+    process, an FSDP2 rank over gloo, and one per reward-model server); ``ray_temp`` must be a
+    short path (Ray puts Unix sockets there, and their paths may not exceed 107 bytes)."""
     return [
         f"+ray_kwargs.ray_init._temp_dir={ray_temp}",
         "ray_kwargs.ray_init.num_cpus=16",  # TransferQueue's 1-CPU actors and the {"CPU": 10} bundle on 2 cores
-        "+ray_kwargs.ray_init.num_gpus=1",  # the fake GPU resource verl's placement groups ask for
+        f"+ray_kwargs.ray_init.num_gpus={gpus}",  # the fake GPU resource verl's placement groups ask for
         "+ray_kwargs.ray_init.include_dashboard=false",
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
         "actor_rollout_ref.actor.strategy=fsdp2",  # FSDP1 needs an accelerator (device_id=...)
@@ -55,9 +56,10 @@ def overrides(ray_temp: Path) -> list[str]:
     ]
 
 
-LEAKS = ("psm_", "verl_weights_")
+LEAKS = ("psm_", "verl_weights_", "sem.mp-")
 """``/dev/shm`` entries a verl run leaves: Ray SIGKILLs the vLLM server, so vLLM's shared-memory
-queues (``psm_*``) are never unlinked; a crashed weight sync leaves ``verl_weights_*``."""
+queues (``psm_*``) are never unlinked; a crashed weight sync leaves ``verl_weights_*``; a worker
+killed while it holds a ``multiprocessing`` lock leaves its POSIX semaphore (``sem.mp-*``)."""
 
 SOCKETS = "rl-colocate-zmq-"
 """verl's weight-sync ZMQ socket, in the system's temp root (hard-coded in vllm_rollout.py:141)."""

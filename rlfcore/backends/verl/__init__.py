@@ -1,8 +1,8 @@
 """The verl backend: rlf's loop, plugins and rewards running inside verl (Ray, FSDP, vLLM/SGLang).
 
 rlf plugs into verl without forking it: :mod:`.plugin` is verl's ``verl.plugins`` entry point and
-registers the ``rlf_agent`` agent loop (:mod:`.bridge`); :mod:`.reward` is verl's custom reward
-function; :mod:`.convert` writes verl's parquet layout; :mod:`.hydra` translates the rlf config into
+registers the ``rlf_agent`` agent loop (:mod:`.bridge`) and the ``rlf`` reward manager
+(:mod:`.reward_manager`); :mod:`.reward` is verl's custom reward function; :mod:`.convert` writes verl's parquet layout; :mod:`.hydra` translates the rlf config into
 verl's Hydra overrides; :mod:`.launch` ties them together for ``rlf train --backend verl``.
 """
 
@@ -11,3 +11,6 @@ VERL_VERSION = "0.9.1"
 
 AGENT_NAME = "rlf_agent"
 """The name the agent loop is registered under; every converted row names it in ``agent_name``."""
+
+REWARD_MANAGER = "rlf"
+"""The name the reward manager is registered under (``reward.reward_manager.name``)."""

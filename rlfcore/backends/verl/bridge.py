@@ -25,7 +25,8 @@ from rlfcore.types import Message
 
 TRACE_FIELDS = (
     "id", "row_id", "env", "messages", "num_turns", "tool_calls", "tool_errors", "tool_error_kinds",
-    "stop_reason", "truncated", "error", "template_mismatch", "generate_s", "tools_s", "ground_truth", "extra",
+    "tool_tracebacks", "stop_reason", "truncated", "error", "template_mismatch", "generate_s", "tools_s",
+    "ground_truth", "extra",
 )
 """The trajectory fields sent to the reward function; token lists stay in verl's tensors."""
 
@@ -101,8 +102,14 @@ class ContinuousTokens:
 
 
 def trace_of(traj: Trajectory) -> dict[str, Any]:
-    """What the reward function needs of a trajectory: messages, routing, counters, ground truth."""
-    return {name: getattr(traj, name) for name in TRACE_FIELDS}
+    """What the reward function needs of a trajectory (messages, routing, counters, ground truth),
+    with its token counts for rlf's per-sample records."""
+    return {
+        **{name: getattr(traj, name) for name in TRACE_FIELDS},
+        "prompt_tokens": len(traj.prompt_ids),
+        "response_tokens": len(traj.response_ids),
+        "generated_tokens": sum(traj.response_mask),
+    }
 
 
 def trajectory_of(trace: dict[str, Any]) -> Trajectory:

@@ -1,12 +1,12 @@
 """verl's real GRPO trainer end to end on a tiny model: the GPU check, and the flow the CPU test runs.
 
-    python -m rlfcore.backends.verl.gpu_check [WORKDIR] [-- raw verl overrides]
+    python -m rlfcore.backends.verl.gpu_check [WORKDIR] [--gpus N] [-- raw verl overrides]
 
 ``rlf train --backend verl`` runs 2 GRPO steps with the ``rlf_agent`` loop, a real MCP tool (rlf-mcp's
 bundled calculator server) and rlf's reward pipeline, saving a checkpoint each step; then
 ``--resume`` runs a 3rd step from that checkpoint. Then verl's own outputs are checked: its metrics
 (rewards, a non-zero gradient, the rollout weight versions), its rollout dumps and its checkpoint
-files. The model is random, so its rewards come from a score it can earn by chance (the share of
+files, and rlf's own per-sample records beside the dumps. The model is random, so its rewards come from a score it can earn by chance (the share of
 digits in its answer), which still gives GRPO a gradient. Prints a JSON summary as the last line;
 exit code 0 only when both runs finished and every check passed. Needs ``rlfcore[verl]`` and
 rlf-mcp installed (the entry point must be in the environment) and vLLM.
@@ -76,12 +76,13 @@ def write_workdir(work: Path) -> Path:
     return work / "run.yaml"
 
 
-def train(config: Path, run_dir: Path, raw: list[str], resume: bool = False, timeout_s: float | None = None) -> int:
-    """``rlf train CONFIG --backend verl`` (this environment's ``rlf``), with verl's metrics to a file."""
+def train(config: Path, run_dir: Path, raw: list[str], resume: bool = False, timeout_s: float | None = None, gpus: int = 1) -> int:
+    """``rlf train CONFIG --backend verl --gpus GPUS`` (this environment's ``rlf``), with verl's metrics to a file."""
     rlf = Path(sys.executable).with_name("rlf")
     phase = "resume" if resume else "first"
     cmd = [str(rlf), "train", str(config), *([f"trainer.steps={STEPS + 1}"] if resume else []), "--backend", "verl",
-           "--run-dir", str(run_dir), *(["--resume"] if resume else []), "--", "trainer.logger=[console,file]", *raw]
+           "--gpus", str(gpus), "--run-dir", str(run_dir), *(["--resume"] if resume else []), "--",
+           "trainer.logger=[console,file]", *raw]
     env = {**os.environ, "VERL_FILE_LOGGER_PATH": str(run_dir / f"verl-metrics-{phase}.jsonl")}
     with open(run_dir.parent / f"{run_dir.name}-{phase}.log", "w") as log:
         return subprocess.call(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=config.parent, timeout=timeout_s)
@@ -119,19 +120,35 @@ def check(run_dir: Path) -> tuple[dict[str, Any], list[str]]:
         actor = ckpt / f"global_step_{step}" / "actor"
         if not actor.is_dir() or not any(actor.iterdir()):
             problems.append(f"no actor checkpoint in {actor}")
-    dumps = {}
+    dumps, traces = {}, {}
     for step in range(1, STEPS + 2):
         path = run_dir / "samples" / f"{step}.jsonl"
         rows = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
         dumps[step] = rows
         if not rows or any(not {"input", "output", "score"} <= set(r) for r in rows):
             problems.append(f"verl's rollout dump {path} is missing or lacks input/output/score")
+        path = run_dir / "samples" / f"step_{step:06d}.jsonl"
+        records = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+        traces[step] = records
+        if len(records) != len(rows):
+            problems.append(f"rlf's records {path} hold {len(records)} samples, verl's dump {len(rows)}")
+        if len({r.get("id") for r in records}) != len(records):
+            problems.append(f"rlf's records {path} repeat a sample: samples were scored on another one's trace")
+        for rec in records:
+            missing = {"messages", "stop_reason", "tool_calls", "reward", "reward_components", "weight_version"} - set(rec)
+            if missing or rec["weight_version"] != step - 1 or rec["messages"][-1]["role"] != "assistant":
+                problems.append(f"rlf's record of {rec.get('id')} in {path} lacks {sorted(missing)} or is not step {step}'s")
+                break
+        if sorted(round(r["score"], 4) for r in rows) != sorted(round(r["reward"], 4) for r in records):  # verl's are float32
+            problems.append(f"step {step}: verl's dumped scores are not the rewards of rlf's records")
     summary = {
         "steps": {s: {k: m.get(k) for k in ("critic/score/mean", "actor/grad_norm", "timing_s/step", "timing_s/gen",
                                             "timing_s/update_actor", "timing_s/update_weights", "num_turns/mean",
                                             "training/rollout_probs_diff_max")} for s, m in sorted(steps.items())},
         "latest_checkpoint": latest,
         "dumped_samples": {s: len(rows) for s, rows in dumps.items()},
+        "stop_reasons": {s: sorted({r["stop_reason"] for r in recs}) for s, recs in traces.items()},
+        "tool_calls": {s: sum(r["tool_calls"] for r in recs) for s, recs in traces.items()},
     }
     return summary, problems
 
@@ -142,15 +159,20 @@ def main(argv: list[str]) -> int:
         return 2
     raw = argv[argv.index("--") + 1 :] if "--" in argv else []
     args = argv[: argv.index("--")] if "--" in argv else argv
+    gpus = 1
+    if "--gpus" in args:
+        at = args.index("--gpus")
+        gpus = int(args[at + 1])
+        args = args[:at] + args[at + 2 :]
     work = Path(args[0] if args else "verl-gpu-check").resolve()
     work.mkdir(parents=True, exist_ok=True)
     config = write_workdir(work)
     run_dir = work / "run"
     shutil.rmtree(run_dir, ignore_errors=True)  # the first run starts fresh; the second resumes it
     raw = RAW + raw
-    codes = [train(config, run_dir, raw)]
+    codes = [train(config, run_dir, raw, gpus=gpus)]
     if codes[0] == 0:
-        codes.append(train(config, run_dir, raw, resume=True))
+        codes.append(train(config, run_dir, raw, resume=True, gpus=gpus))
     summary, problems = check(run_dir)
     summary.update(exit_codes=codes, problems=problems, logs=str(work))
     print(json.dumps(summary))

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlfcore.backends.verl import AGENT_NAME
+from rlfcore.backends.verl import AGENT_NAME, REWARD_MANAGER
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -149,6 +149,13 @@ def lengths(config: RunConfig) -> tuple[int, int]:
     return r.max_total_tokens - 1, min(r.max_response_tokens, r.max_total_tokens - 1)
 
 
+def micro_batch(per_gpu: int, cap: int) -> int:
+    """verl's micro-batch per GPU: the largest divisor of a GPU's share of the step's samples that
+    is at most ``trainer.micro_batch_size``, since verl's log-prob and update passes require the
+    share to split into whole micro-batches (``workers/engine/utils.py:125``)."""
+    return max((d for d in range(1, min(cap, per_gpu) + 1) if per_gpu % d == 0), default=1)
+
+
 _DTYPES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 
@@ -177,7 +184,7 @@ def verl_overrides(
         raise TranslationError("the verl backend cannot run this config:\n  " + "\n  ".join(refused))
     t, r = config.trainer, config.rollout
     prompt_len, response_len = lengths(config)
-    micro = min(t.micro_batch_size, t.prompts_per_step * r.n)
+    micro = micro_batch(t.prompts_per_step * r.n // max(1, cluster.gpus_per_node * cluster.nodes), t.micro_batch_size)
     rlf = {"config": str(config_path), "overrides": list(rlf_overrides or [])}
     actor = "actor_rollout_ref.actor"
     ref = "actor_rollout_ref.ref"
@@ -229,6 +236,7 @@ def verl_overrides(
         f"{rollout}.multi_turn.max_assistant_turns": r.max_turns,
         f"{rollout}.agent.default_agent_loop": AGENT_NAME,
         f"{ref}.log_prob_micro_batch_size_per_gpu": micro,
+        "reward.reward_manager.name": REWARD_MANAGER,
         "reward.custom_reward_function.path": reward.__file__,
         "reward.custom_reward_function.name": "compute_score",
         "+reward.custom_reward_function.reward_kwargs.rlf_config": rlf["config"],
@@ -262,6 +270,7 @@ def verl_overrides(
         out["trainer.default_local_dir"] = str(run / "checkpoints")
         if t.samples_per_step > 0:
             out["trainer.rollout_data_dir"] = str(run / "samples")
+            out["+reward.custom_reward_function.reward_kwargs.rlf_samples_dir"] = str(run / "samples")
     if cluster.ray_address:
         out["+ray_kwargs.ray_init.address"] = cluster.ray_address
     for name, value in cluster.env_vars.items():

@@ -131,6 +131,20 @@ def make_model(config_path: str | Path, overrides: list[str], plan: Plan, resume
         asyncio.run(runtime.aclose())
 
 
+def clear_records(run_dir: str | Path, resume: bool) -> None:
+    """Remove rlf's per-sample records (``samples/step_N.jsonl``) of the steps verl is about to run:
+    every one for a fresh run, those past verl's latest checkpoint for ``--resume``. The reward
+    function appends to them, so each file then holds one attempt at its step, as verl's own dumps
+    (rewritten each time) do."""
+    run = Path(run_dir)
+    marker = run / "checkpoints" / "latest_checkpointed_iteration.txt"
+    kept = int(marker.read_text().strip()) if resume and marker.exists() else 0
+    for path in (run / "samples").glob("step_*.jsonl"):
+        step = path.stem.removeprefix("step_")
+        if not step.isdigit() or int(step) > kept:
+            path.unlink()
+
+
 def command(plan: Plan) -> list[str]:
     """verl's PPO entry with the plan's overrides: the command :func:`launch` runs."""
     return [sys.executable, "-m", "verl.trainer.main_ppo", *plan.overrides]
@@ -165,5 +179,6 @@ def main(
         echo(f"# dry run: nothing launched. to launch it by hand: {shlex.join(command(plan))}")
         return 0
     make_model(config_path, overrides, plan, resume)
+    clear_records(plan.run_dir, resume)
     echo(f"verl data: {files}; config: {plan.run_dir / 'verl' / 'config.yaml'}")
     return launch(plan)
