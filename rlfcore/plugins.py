@@ -22,6 +22,7 @@ from typing import Any, Literal
 import pluggy
 
 from rlfcore import hookspecs
+from rlfcore.hooktrace import ENV_TRACE, trace_hook_calls
 
 ENTRY_POINT_GROUP = "rlf"
 ENV_DISABLE_AUTOLOAD = "RLF_DISABLE_PLUGIN_AUTOLOAD"
@@ -102,6 +103,8 @@ class PluginManager:
     def __init__(self) -> None:
         self.pm = pluggy.PluginManager(hookspecs.PROJECT)
         self.pm.add_hookspecs(hookspecs)
+        if os.environ.get(ENV_TRACE, "0") not in ("", "0"):
+            trace_hook_calls(self.pm)
         self.infos: dict[str, PluginInfo] = {}
         self._entry_points: dict[str, metadata.EntryPoint] = {}
 
