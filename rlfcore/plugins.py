@@ -276,8 +276,10 @@ class PluginManager:
         return self.pm.get_plugin(name)
 
     def impls(self, hook: str, plugins: list[str] | None = None) -> list[pluggy.HookImpl]:
-        """The implementations of a hook in call order, limited to ``plugins`` and the built-ins."""
-        impls = list(reversed(getattr(self.pm.hook, hook).get_hookimpls()))
+        """The implementations of a hook in call order, limited to ``plugins`` and the built-ins.
+
+        Wrappers are not among them: ``hookcall`` runs the enabled plugins' wrappers around each one."""
+        impls = [i for i in reversed(getattr(self.pm.hook, hook).get_hookimpls()) if not (i.wrapper or i.hookwrapper)]
         if plugins is None:
             return [i for i in impls if self._enabled_name(i.plugin_name)]
         allowed = set(plugins)

@@ -54,13 +54,27 @@ class Doubler:
         self.seen.append(answer)
         return None if answer is None else 1.0
 
+    @hookimpl(wrapper=True)
+    def judge(self, samples):
+        answers = yield
+        self.seen.append(("judge", answers))
+        return answers
+
+
+class Judge:
+    @hookimpl
+    def judge(self, samples):
+        return [0.75 for _ in samples]
+
 
 def test_a_wrapper_of_another_plugin_sees_and_replaces_each_answer():
     doubler = Doubler()
-    config = {"plugins": ["calc", "doubler"], "envs": {"main": ["calc"]}}
-    [traj] = rollout(config, ROWS, SCRIPT, {"calc": ScoreSync(), "doubler": doubler})
-    assert doubler.seen == [0.5]  # the environment's answer; the built-in exact match never ran
-    assert traj.reward == 1.0 and traj.reward_error is None
+    config = {"plugins": ["calc", "doubler", "judge"], "envs": {"main": ["calc"]}, "reward": {"weights": {"score": 1.0}}}
+    [traj] = rollout(config, ROWS, SCRIPT, {"calc": ScoreSync(), "doubler": doubler, "judge": Judge()})
+    # the environment's answer (the built-in exact match never ran), then the one judge's answer, once:
+    # the wrapper wraps implementations and is never called as one itself
+    assert doubler.seen == [0.5, ("judge", [[0.75]])]
+    assert traj.reward == 1.0 and traj.reward_error is None and traj.reward_components["judge.judge"] == 0.75
 
 
 def test_monitoring_sees_each_implementation_with_the_plugin_that_answered():
