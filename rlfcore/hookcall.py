@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import pluggy
 
+from rlfcore.context import SetupContext
 from rlfcore.hookspecs import RULES
 
 if TYPE_CHECKING:
@@ -63,8 +64,6 @@ def _settings(manager: PluginManager, plugin: str, config: Any) -> Any:
 
 def bind(manager: PluginManager, plugin: str, kwargs: dict[str, Any]) -> dict[str, Any]:
     """``kwargs`` with ``ctx`` rebound to ``plugin``: its name on a setup context, its settings on any."""
-    from rlfcore.context import SetupContext
-
     ctx = kwargs.get("ctx")
     if isinstance(ctx, SetupContext):
         if ctx.plugin == plugin and ctx.settings is not None:

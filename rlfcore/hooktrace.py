@@ -21,7 +21,7 @@ ENV_TRACE = "RLF_TRACE_PLUGINS"
 
 def _outcome(exc: BaseException | None, value: Any) -> str:
     if exc is not None:
-        return f"raised {type(exc).__name__}: {exc}"
+        return f"raised {type(exc).__name__}" + (f": {exc}" if str(exc) else "")
     return "returned None" if value is None else "ok"
 
 
