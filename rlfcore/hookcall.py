@@ -79,10 +79,7 @@ def bind(manager: PluginManager, plugin: str, kwargs: dict[str, Any]) -> dict[st
 
 def _caller(manager: PluginManager, hook: str, impl: pluggy.HookImpl) -> pluggy.HookCaller:
     """A pluggy hook caller that runs ``impl`` and the wrappers of enabled plugins, nothing else."""
-    caller = getattr(manager.pm.hook, hook)
-    keep = {impl.plugin} | {
-        i.plugin for i in caller.get_hookimpls() if (i.wrapper or i.hookwrapper) and manager._enabled_name(i.plugin_name)
-    }
+    keep = {impl.plugin} | {w.plugin for w in manager.wrappers(hook)}
     return manager.pm.subset_hook_caller(hook, [p for p in manager.pm.get_plugins() if p not in keep])
 
 

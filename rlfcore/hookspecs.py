@@ -7,9 +7,10 @@ never break old plugins; context objects carry everything else and grow with the
 Each spec carries its calling rule (:func:`spec`, collected in :data:`RULES`): whether it may be
 implemented as ``async def`` (the core awaits the answer) and whether it is *first result*. Every
 hook is called through pluggy by ``rlfcore.hookcall``, one implementation per pluggy call, so hook
-wrappers and pluggy's call monitoring (``RLF_TRACE_PLUGINS``) see each one. Hooks marked *first result* stop at the first implementation that returns something other than ``None``; the
-core's built-in defaults are registered with ``trylast=True``, so an enabled plugin takes precedence
-over them. Per-sample routing: the per-turn and scoring hooks of a sample are called only on the
+wrappers and pluggy's call monitoring (``RLF_TRACE_PLUGINS``) see each one. Hooks marked *first
+result* stop at the first implementation that returns something other than ``None``; the core's
+built-in defaults are registered with ``trylast=True``, so an enabled plugin takes precedence over
+them. Per-sample routing: the per-turn and scoring hooks of a sample are called only on the
 plugins of the sample's environment and the built-ins; ``judge`` is called on every enabled plugin
 that implements it.
 """

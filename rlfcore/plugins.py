@@ -285,6 +285,11 @@ class PluginManager:
         allowed = set(plugins)
         return [i for i in impls if i.plugin_name in allowed or self.infos[i.plugin_name].source == "builtin"]
 
+    def wrappers(self, hook: str) -> list[pluggy.HookImpl]:
+        """The enabled plugins' wrappers of a hook (``wrapper=True`` or ``hookwrapper=True``)."""
+        impls = getattr(self.pm.hook, hook).get_hookimpls()
+        return [i for i in impls if (i.wrapper or i.hookwrapper) and self._enabled_name(i.plugin_name)]
+
     def _enabled_name(self, name: str) -> bool:
         info = self.infos.get(name)
         return bool(info and info.enabled)
