@@ -184,3 +184,27 @@ def test_rlf_eval_with_rlf_trace_plugins_prints_each_hook_call(tmp_path):
     assert ("judge", "mcp", "ok") not in calls  # mcp implements no judge: nothing is called on it
     quiet = run_rlf("plugins", "list", env={"RLF_TRACE_PLUGINS": "0"}, cwd=ROOT)
     assert quiet.returncode == 0 and "rlf-trace:" not in quiet.stderr
+
+
+def test_a_cancelled_async_call_is_traced_as_cancelled():
+    class Slow:
+        @hookimpl
+        async def invoke_tools(self, calls, ctx):
+            await asyncio.sleep(10)
+
+    manager = make_manager({"slow": Slow()})
+    manager.enable(["slow"])
+    out = io.StringIO()
+    undo = trace_hook_calls(manager.pm, stream=out)
+    [impl] = [i for i in manager.impls("invoke_tools", ["slow"]) if i.plugin_name == "slow"]
+
+    async def cancel_soon():
+        task = asyncio.ensure_future(call_impl(manager, "invoke_tools", impl, calls=[], ctx=None))
+        await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cancel_soon())
+    undo()
+    assert re.fullmatch(r"rlf-trace: invoke_tools plugin=slow [\d.]+ ms raised CancelledError\n", out.getvalue())
