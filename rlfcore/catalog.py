@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from rlfcore.context import SetupContext
-from rlfcore.hookcall import run_sync
+from rlfcore.hookcall import call_impl, call_impl_sync, run_sync
 
 if TYPE_CHECKING:
     from rlfcore.config import RunConfig
@@ -23,7 +23,7 @@ def default_settings(manager: PluginManager, name: str) -> BaseModel | None:
     """The plugin's config section filled with its schema's defaults (``None`` without a schema)."""
     for impl in manager.impls("register_config_schema", [name]):
         if impl.plugin_name == name:
-            schema = impl.function()
+            schema = call_impl_sync(manager, "register_config_schema", impl)
             return schema.model_validate({}) if schema is not None else None
     return None
 
@@ -33,11 +33,8 @@ def registered(manager: PluginManager, hook: str, name: str, config: RunConfig |
     for impl in manager.impls(hook, [name]):
         if impl.plugin_name != name:
             continue
-        settings = config.settings(name) if config is not None else None
-        if settings is None:
-            settings = default_settings(manager, name)
-        ctx = SetupContext(plugin=name, settings=settings, config=config, listing=True)
-        return run_sync(impl.function(*[ctx for _ in impl.argnames]))
+        ctx = SetupContext(plugin=name, config=config, listing=True)  # hookcall.bind fills in the settings
+        return run_sync(call_impl(manager, hook, impl, ctx=ctx))
     return None
 
 

@@ -18,7 +18,6 @@ from rlfcore.context import TurnContext
 from rlfcore.data import Row
 from rlfcore.engines.base import SamplingParams
 from rlfcore.engines.chat import ChatEngine, ChatReply
-from rlfcore.hookcall import call_first
 from rlfcore.loop import Rollout, Trajectory, _assistant_message
 from rlfcore.runtime import Runtime
 from rlfcore.types import Message, ToolCall
@@ -69,7 +68,7 @@ class ChatRollout(Rollout):
             if self.chat_engine.format is None:
                 calls = reply.tool_calls
             else:
-                calls = await call_first(self.runtime.impls("parse_tool_calls", traj.env), text=reply.content, ctx=ctx) or []
+                calls = await self.runtime.call_first("parse_tool_calls", traj.env, text=reply.content, ctx=ctx) or []
             traj.messages.append(_message(reply, calls, text_calls=self.chat_engine.format is not None))
             api.append(reply.message)
             if not calls:
@@ -82,7 +81,7 @@ class ChatRollout(Rollout):
                 traj.stop_reason = "max_turns"
                 return False
             results = await self._invoke(calls, ctx, traj)
-            observation = await call_first(self.runtime.impls("build_observation", traj.env), results=results, ctx=ctx)
+            observation = await self.runtime.call_first("build_observation", traj.env, results=results, ctx=ctx)
             observation = observation or []
             if any(m.get("continuation") for m in observation):
                 raise RuntimeError(

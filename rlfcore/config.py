@@ -467,9 +467,11 @@ def missing_files(config: RunConfig) -> list[ConfigIssue]:
 
 
 def _schema_of(manager: PluginManager, name: str) -> type[BaseModel] | None:
+    from rlfcore.hookcall import call_impl_sync
+
     for impl in manager.impls("register_config_schema", [name]):
         if impl.plugin_name == name:
-            return impl.function()
+            return call_impl_sync(manager, "register_config_schema", impl)
     return None
 
 

@@ -15,11 +15,13 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from rlfcore.hookcall import call_impl_sync
+from rlfcore.hookspecs import RULES
 from rlfcore.plugins import PluginError, PluginManager
 from rlfcore.types import Example, Tool
 
-SYNC_ONLY = ("register_config_schema", "register_parsers", "register_engines", "register_examples")
-"""Hooks the core calls synchronously: an ``async def`` implementation of one is an error."""
+SYNC_ONLY = tuple(name for name, rule in RULES.items() if not rule.may_be_async)
+"""Hooks the core calls synchronously (``may_be_async=False`` in ``hookspecs``): ``async def`` is an error."""
 
 
 @dataclass
@@ -99,8 +101,6 @@ def _check_hooks(report: CheckReport, manager: PluginManager, name: str) -> bool
         for impl in caller.get_hookimpls():
             if impl.plugin_name != name:
                 continue
-            if impl.hookwrapper or impl.wrapper:
-                problems.append(f"{caller.name}: wrappers are not supported on rlf hooks")
             if caller.name in SYNC_ONLY and inspect.iscoroutinefunction(impl.function):
                 problems.append(f"{caller.name} may not be async")
     hooks = manager.infos[name].hooks
@@ -109,7 +109,8 @@ def _check_hooks(report: CheckReport, manager: PluginManager, name: str) -> bool
 
 
 def _check_schema(report: CheckReport, manager: PluginManager, name: str) -> bool:
-    schema = next((i.function() for i in manager.impls("register_config_schema", [name]) if i.plugin_name == name), None)
+    impls = [i for i in manager.impls("register_config_schema", [name]) if i.plugin_name == name]
+    schema = call_impl_sync(manager, "register_config_schema", impls[0]) if impls else None
     if schema is None:
         return report.add("config schema", True, "none registered (the plugin takes no settings)")
     if not (isinstance(schema, type) and issubclass(schema, BaseModel)):

@@ -1,8 +1,14 @@
-"""Calling hook implementations that may be async.
+"""The one place the core calls hook implementations: through pluggy, by the rules in ``hookspecs``.
 
-pluggy calls implementations synchronously, so an ``async def`` implementation of a first-result hook
-would "answer" with a coroutine before it ran. The core therefore walks the implementations itself,
-in pluggy's order, awaiting what is awaitable.
+Each implementation is one pluggy call (a subset hook caller holding it and the enabled plugins'
+wrappers), so hook wrappers and pluggy's call monitoring (``RLF_TRACE_PLUGINS``) see every answer
+with the plugin that gave it, while the core keeps what pluggy cannot do for an ``async def``
+implementation: await it, and only then decide whether a *first result* hook has its answer.
+
+The binding rule: a caller passes every argument of the spec by keyword; an implementation receives
+the subset it names (pluggy's rule); a ``ctx`` reaches it rebound to the implementing plugin (a
+``SetupContext``'s ``plugin``) and that plugin's settings. The sync rule: an implementation of a hook
+whose spec says ``may_be_async=False`` that answers with an awaitable is a :class:`HookCallError`.
 """
 
 from __future__ import annotations
@@ -10,9 +16,22 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import inspect
-from typing import Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import pluggy
+
+from rlfcore.context import SetupContext
+from rlfcore.hookspecs import RULES
+
+if TYPE_CHECKING:
+    from rlfcore.plugins import PluginManager
+
+Check = Callable[[str, Any], None]
+"""Called with ``(plugin, answer)`` on each non-``None`` answer kept; raises to reject it."""
+
+
+class HookCallError(TypeError):
+    """A hook was called or answered against its spec's rule. The message names plugin and hook."""
 
 
 async def resolve(value: Any) -> Any:
@@ -22,29 +41,90 @@ async def resolve(value: Any) -> Any:
     return value
 
 
-def _args(impl: pluggy.HookImpl, kwargs: dict[str, Any]) -> list[Any]:
-    """The arguments an implementation asked for; a context gets the implementing plugin's settings."""
+def _check_arguments(manager: PluginManager, hook: str, kwargs: dict[str, Any]) -> None:
+    spec = getattr(manager.pm.hook, hook).spec
+    expected = set(spec.argnames) if spec is not None else set()
+    if set(kwargs) != expected:
+        missing, extra = sorted(expected - set(kwargs)), sorted(set(kwargs) - expected)
+        raise HookCallError(
+            f"hook {hook} called with the wrong arguments (missing: {', '.join(missing) or 'none'}; "
+            f"unknown: {', '.join(extra) or 'none'}); its spec takes {', '.join(sorted(expected))}"
+        )
+
+
+def _settings(manager: PluginManager, plugin: str, config: Any) -> Any:
+    """The plugin's section of ``config``, else its schema's defaults (``None`` without a schema)."""
+    own = config.settings(plugin) if config is not None else None
+    if own is None:
+        from rlfcore.catalog import default_settings
+
+        own = default_settings(manager, plugin)
+    return own
+
+
+def bind(manager: PluginManager, plugin: str, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``kwargs`` with ``ctx`` rebound to ``plugin``: its name on a setup context, its settings on any."""
     ctx = kwargs.get("ctx")
-    if ctx is not None and "ctx" in impl.argnames and getattr(ctx, "runtime", None) is not None:
-        own = ctx.runtime.config.settings(impl.plugin_name)
+    if isinstance(ctx, SetupContext):
+        if ctx.plugin == plugin and ctx.settings is not None:
+            return kwargs
+        return {**kwargs, "ctx": dataclasses.replace(ctx, plugin=plugin, settings=_settings(manager, plugin, ctx.config))}
+    runtime = getattr(ctx, "runtime", None)
+    if ctx is not None and runtime is not None:
+        own = runtime.config.settings(plugin)
         if own is not ctx.settings:
-            kwargs = {**kwargs, "ctx": dataclasses.replace(ctx, settings=own)}
-    return [kwargs[name] for name in impl.argnames]
+            return {**kwargs, "ctx": dataclasses.replace(ctx, settings=own)}
+    return kwargs
 
 
-async def call_first(impls: list[pluggy.HookImpl], **kwargs: Any) -> Any:
-    """The first non-``None`` answer of ``impls`` (in call order), or ``None``."""
+def _caller(manager: PluginManager, hook: str, impl: pluggy.HookImpl) -> pluggy.HookCaller:
+    """A pluggy hook caller that runs ``impl`` and the wrappers of enabled plugins, nothing else."""
+    keep = {impl.plugin} | {w.plugin for w in manager.wrappers(hook)}
+    return manager.pm.subset_hook_caller(hook, [p for p in manager.pm.get_plugins() if p not in keep])
+
+
+def call_impl_sync(manager: PluginManager, hook: str, impl: pluggy.HookImpl, **kwargs: Any) -> Any:
+    """One implementation's answer, through pluggy; an awaitable from a sync-only hook is an error."""
+    _check_arguments(manager, hook, kwargs)
+    answer = _caller(manager, hook, impl)(**bind(manager, impl.plugin_name, kwargs))
+    if not RULES[hook].firstresult:  # pluggy's collect-all answer: a list, without the None
+        answer = answer[0] if answer else None
+    if inspect.isawaitable(answer) and not RULES[hook].may_be_async:
+        close = getattr(answer, "close", None)
+        if close is not None:
+            close()  # never awaited: say so here rather than in a RuntimeWarning
+        raise HookCallError(f"plugin '{impl.plugin_name}': {hook} may not be async (the core calls it synchronously)")
+    return answer
+
+
+async def call_impl(manager: PluginManager, hook: str, impl: pluggy.HookImpl, **kwargs: Any) -> Any:
+    """One implementation's answer, awaited when its hook may be async."""
+    return await resolve(call_impl_sync(manager, hook, impl, **kwargs))
+
+
+async def call_first(
+    manager: PluginManager, hook: str, impls: list[pluggy.HookImpl], /, *, check: Check | None = None, **kwargs: Any
+) -> Any:
+    """The first non-``None`` answer of ``impls`` (in call order), or ``None``; ``check`` vets it."""
     for impl in impls:
-        result = await resolve(impl.function(*_args(impl, kwargs)))
-        if result is not None:
-            return result
+        answer = await call_impl(manager, hook, impl, **kwargs)
+        if answer is not None:
+            if check is not None:
+                check(impl.plugin_name, answer)
+            return answer
     return None
 
 
-async def call_all(impls: list[pluggy.HookImpl], **kwargs: Any) -> list[tuple[str, Any]]:
+async def call_all(
+    manager: PluginManager, hook: str, impls: list[pluggy.HookImpl], /, *, check: Check | None = None, **kwargs: Any
+) -> list[tuple[str, Any]]:
     """Every non-``None`` answer as ``(plugin name, answer)``, implementations run concurrently."""
-    results = await asyncio.gather(*(resolve(impl.function(*_args(impl, kwargs))) for impl in impls))
-    return [(impl.plugin_name, r) for impl, r in zip(impls, results) if r is not None]
+    answers = await asyncio.gather(*(call_impl(manager, hook, impl, **kwargs) for impl in impls))
+    out = [(impl.plugin_name, a) for impl, a in zip(impls, answers) if a is not None]
+    if check is not None:
+        for plugin, answer in out:
+            check(plugin, answer)
+    return out
 
 
 def run_sync(coro: Any) -> Any:

@@ -4,17 +4,21 @@ A plugin is a module (or object) whose functions are decorated with ``rlfcore.ho
 after a hook below. An implementation may accept any subset of a hook's arguments, so new arguments
 never break old plugins; context objects carry everything else and grow with the core.
 
-Every hook may be implemented as ``async def``: the core awaits what is awaitable. Hooks marked
-*first result* stop at the first implementation that returns something other than ``None``; the
-core's built-in defaults are registered with ``trylast=True``, so an enabled plugin takes precedence
-over them. Per-sample routing: the per-turn and scoring hooks of a sample are called only on the
+Each spec carries its calling rule (:func:`spec`, collected in :data:`RULES`): whether it may be
+implemented as ``async def`` (the core awaits the answer) and whether it is *first result*. Every
+hook is called through pluggy by ``rlfcore.hookcall``, one implementation per pluggy call, so hook
+wrappers and pluggy's call monitoring (``RLF_TRACE_PLUGINS``) see each one. Hooks marked *first
+result* stop at the first implementation that returns something other than ``None``; the core's
+built-in defaults are registered with ``trylast=True``, so an enabled plugin takes precedence over
+them. Per-sample routing: the per-turn and scoring hooks of a sample are called only on the
 plugins of the sample's environment and the built-ins; ``judge`` is called on every enabled plugin
 that implements it.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import pluggy
 
@@ -41,11 +45,37 @@ PROJECT = "rlf"
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True)
+class HookRule:
+    """How the core calls one hook: every spec argument by keyword (an implementation takes any
+    subset; a ``ctx`` is rebound to the implementing plugin's settings), one answer or all, and
+    whether an implementation may be ``async def`` (the core then awaits its answer)."""
+
+    firstresult: bool
+    may_be_async: bool
+
+
+RULES: dict[str, HookRule] = {}
+"""Each hook's :class:`HookRule`, declared with the spec by :func:`spec`; ``rlfcore.hookcall`` enforces it."""
+
+
+def spec(*, may_be_async: bool, firstresult: bool = False) -> Callable[[F], F]:
+    """Declare a hook and its calling rule in one place: pluggy's spec marker plus :data:`RULES`."""
+
+    def mark(fn: F) -> F:
+        RULES[fn.__name__] = HookRule(firstresult=firstresult, may_be_async=may_be_async)
+        return hookspec(firstresult=firstresult)(fn)
+
+    return mark
+
 
 # --- Registration: what a plugin provides (collect-all, called once per plugin) ---------------------
 
 
-@hookspec
+@spec(may_be_async=False)
 def register_config_schema() -> type[BaseModel] | None:
     """Return the pydantic model of this plugin's config section.
 
@@ -56,7 +86,7 @@ def register_config_schema() -> type[BaseModel] | None:
     """
 
 
-@hookspec
+@spec(may_be_async=True)
 def register_tools(ctx: SetupContext) -> list[Tool] | None:
     """Return the tools this plugin's environment offers to the model.
 
@@ -66,7 +96,7 @@ def register_tools(ctx: SetupContext) -> list[Tool] | None:
     """
 
 
-@hookspec
+@spec(may_be_async=False)
 def register_parsers(ctx: SetupContext) -> dict[str, ToolCallParser] | None:
     """Return tool-call parsers by name: ``{"llama3-json": parse}``.
 
@@ -76,7 +106,7 @@ def register_parsers(ctx: SetupContext) -> dict[str, ToolCallParser] | None:
     """
 
 
-@hookspec
+@spec(may_be_async=False)
 def register_engines(ctx: SetupContext) -> dict[str, Callable[[RunConfig, ChatTokenizer], Engine]] | None:
     """Return rollout engine factories by name: ``{"vllm": make_engine}``.
 
@@ -86,7 +116,7 @@ def register_engines(ctx: SetupContext) -> dict[str, Callable[[RunConfig, ChatTo
     """
 
 
-@hookspec
+@spec(may_be_async=False)
 def register_examples(ctx: SetupContext) -> list[Example] | None:
     """Return scripted examples: dataset rows with the assistant turns to play.
 
@@ -98,7 +128,7 @@ def register_examples(ctx: SetupContext) -> list[Example] | None:
 # --- Lifecycle --------------------------------------------------------------------------------------
 
 
-@hookspec
+@spec(may_be_async=True)
 def shutdown(ctx: SetupContext) -> None:
     """Release what the plugin started for the run: server processes, sessions, threads, files.
 
@@ -111,7 +141,7 @@ def shutdown(ctx: SetupContext) -> None:
 # --- Rollout: called on every turn of a trajectory ------------------------------------------------
 
 
-@hookspec(firstresult=True)
+@spec(may_be_async=True, firstresult=True)
 def parse_tool_calls(text: str, ctx: TurnContext) -> list[ToolCall] | None:
     """Return the tool calls in one generated text, ``[]`` when it has none (the trajectory ends).
 
@@ -121,7 +151,7 @@ def parse_tool_calls(text: str, ctx: TurnContext) -> list[ToolCall] | None:
     """
 
 
-@hookspec(firstresult=True)
+@spec(may_be_async=True, firstresult=True)
 def invoke_tools(calls: list[ToolCall], ctx: TurnContext) -> list[ToolResult] | None:
     """Run the calls of one turn and return one result per call, in order.
 
@@ -131,7 +161,7 @@ def invoke_tools(calls: list[ToolCall], ctx: TurnContext) -> list[ToolResult] | 
     """
 
 
-@hookspec(firstresult=True)
+@spec(may_be_async=True, firstresult=True)
 def build_observation(results: list[ToolResult], ctx: TurnContext) -> list[Message] | None:
     """Return the messages to append to the context after the tool results.
 
@@ -144,7 +174,7 @@ def build_observation(results: list[ToolResult], ctx: TurnContext) -> list[Messa
 # --- Reward: called on finished trajectories ------------------------------------------------------
 
 
-@hookspec(firstresult=True)
+@spec(may_be_async=True, firstresult=True)
 def verify_tool(sample: Sample, ctx: ScoreContext) -> Verification | None:
     """Verify the final answer by executing it (run the SQL, the code, the API call).
 
@@ -153,7 +183,7 @@ def verify_tool(sample: Sample, ctx: ScoreContext) -> Verification | None:
     """
 
 
-@hookspec(firstresult=True)
+@spec(may_be_async=True, firstresult=True)
 def compute_score(
     sample: Sample, verification: Verification | None, ctx: ScoreContext
 ) -> float | list[float] | Score | None:
@@ -168,7 +198,7 @@ def compute_score(
     """
 
 
-@hookspec
+@spec(may_be_async=True)
 def judge(samples: list[Sample], ctx: ScoreContext) -> list[float | Score | None] | None:
     """Return model-judge scores for a group of samples of one prompt, one entry per sample.
 
@@ -178,7 +208,5 @@ def judge(samples: list[Sample], ctx: ScoreContext) -> list[float | Score | None
     """
 
 
-HOOK_NAMES: tuple[str, ...] = tuple(
-    name for name, value in list(globals().items()) if callable(value) and hasattr(value, f"{PROJECT}_spec")
-)
+HOOK_NAMES: tuple[str, ...] = tuple(RULES)
 """Every hook name, in the order defined above."""

@@ -24,7 +24,6 @@ from rlfcore.chat import ChatTokenizer, reads_reasoning
 from rlfcore.context import TurnContext
 from rlfcore.data import Row
 from rlfcore.engines.base import Engine, SamplingParams
-from rlfcore.hookcall import call_first
 from rlfcore.runtime import Runtime
 from rlfcore.sequences import REASONING_DROPPED, RolloutTokens, SequenceBuilder, differs_in_reasoning_only
 from rlfcore.types import Message, ToolCall, ToolResult
@@ -203,7 +202,7 @@ class Rollout:
                 traj.truncated = True
                 traj.stop_reason = "max_total_tokens" if budget == room_total else "max_response_tokens"
                 return continued
-            calls = await call_first(self.runtime.impls("parse_tool_calls", traj.env), text=text, ctx=ctx) or []
+            calls = await self.runtime.call_first("parse_tool_calls", traj.env, text=text, ctx=ctx) or []
             message = _assistant_message(text, calls, self.reasoning)
             if inline is not None:
                 message["content"] = inline + text
@@ -218,7 +217,7 @@ class Rollout:
                 traj.stop_reason = "max_turns"
                 return continued
             results = await self._invoke(calls, ctx, traj)
-            observation = await call_first(self.runtime.impls("build_observation", traj.env), results=results, ctx=ctx)
+            observation = await self.runtime.call_first("build_observation", traj.env, results=results, ctx=ctx)
             observation = observation or []
             raw = _continuation_text(observation)
             if raw is not None:  # raw text in the same turn; a generated end-of-turn token goes
@@ -252,7 +251,7 @@ class Rollout:
 
     async def _invoke(self, calls: list[ToolCall], ctx: TurnContext, traj: Trajectory) -> list[ToolResult]:
         t0 = time.perf_counter()
-        results = await call_first(self.runtime.impls("invoke_tools", traj.env), calls=calls, ctx=ctx)
+        results = await self.runtime.call_first("invoke_tools", traj.env, calls=calls, ctx=ctx)
         traj.tools_s += time.perf_counter() - t0
         if not isinstance(results, list) or len(results) != len(calls):
             got = len(results) if isinstance(results, list) else type(results).__name__

@@ -22,6 +22,7 @@ from typing import Any, Literal
 import pluggy
 
 from rlfcore import hookspecs
+from rlfcore.hooktrace import ENV_TRACE, trace_hook_calls
 
 ENTRY_POINT_GROUP = "rlf"
 ENV_DISABLE_AUTOLOAD = "RLF_DISABLE_PLUGIN_AUTOLOAD"
@@ -102,6 +103,8 @@ class PluginManager:
     def __init__(self) -> None:
         self.pm = pluggy.PluginManager(hookspecs.PROJECT)
         self.pm.add_hookspecs(hookspecs)
+        if os.environ.get(ENV_TRACE, "0") not in ("", "0"):
+            trace_hook_calls(self.pm)
         self.infos: dict[str, PluginInfo] = {}
         self._entry_points: dict[str, metadata.EntryPoint] = {}
 
@@ -273,12 +276,19 @@ class PluginManager:
         return self.pm.get_plugin(name)
 
     def impls(self, hook: str, plugins: list[str] | None = None) -> list[pluggy.HookImpl]:
-        """The implementations of a hook in call order, limited to ``plugins`` and the built-ins."""
-        impls = list(reversed(getattr(self.pm.hook, hook).get_hookimpls()))
+        """The implementations of a hook in call order, limited to ``plugins`` and the built-ins.
+
+        Wrappers are not among them: ``hookcall`` runs the enabled plugins' wrappers around each one."""
+        impls = [i for i in reversed(getattr(self.pm.hook, hook).get_hookimpls()) if not (i.wrapper or i.hookwrapper)]
         if plugins is None:
             return [i for i in impls if self._enabled_name(i.plugin_name)]
         allowed = set(plugins)
         return [i for i in impls if i.plugin_name in allowed or self.infos[i.plugin_name].source == "builtin"]
+
+    def wrappers(self, hook: str) -> list[pluggy.HookImpl]:
+        """The enabled plugins' wrappers of a hook (``wrapper=True`` or ``hookwrapper=True``)."""
+        impls = getattr(self.pm.hook, hook).get_hookimpls()
+        return [i for i in impls if (i.wrapper or i.hookwrapper) and self._enabled_name(i.plugin_name)]
 
     def _enabled_name(self, name: str) -> bool:
         info = self.infos.get(name)

@@ -11,15 +11,13 @@ import asyncio
 import numbers
 import traceback
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from rlfcore.context import ScoreContext
-from rlfcore.hookcall import call_first
+from rlfcore.hookcall import call_all
 from rlfcore.types import Sample, Score, Verification
 
 if TYPE_CHECKING:
-    import pluggy
-
     from rlfcore.config import RewardConfig
     from rlfcore.loop import Trajectory
     from rlfcore.runtime import Runtime
@@ -82,23 +80,9 @@ def check_result(hook: str, plugin: str, value: Any) -> None:
         raise HookResultError(f"{hook} of plugin '{plugin}' returned {_shown(value)}; expected {expected}")
 
 
-async def first_result(impls: list[pluggy.HookImpl], hook: str, **kwargs: Any) -> Any:
-    """``call_first`` over ``impls``, each answer checked against the hook's spec (:func:`check_result`)."""
-    for impl in impls:
-        value = await call_first([impl], **kwargs)
-        if value is not None:
-            check_result(hook, impl.plugin_name, value)
-            return value
-    return None
-
-
-async def all_results(impls: list[pluggy.HookImpl], hook: str, **kwargs: Any) -> list[tuple[str, Any]]:
-    """Every non-``None`` answer as ``(plugin, answer)``, run concurrently, each checked against the spec."""
-    answers = await asyncio.gather(*(call_first([impl], **kwargs) for impl in impls))
-    out = [(impl.plugin_name, a) for impl, a in zip(impls, answers) if a is not None]
-    for plugin, value in out:
-        check_result(hook, plugin, value)
-    return out
+def _checker(hook: str) -> Callable[[str, Any], None]:
+    """:func:`check_result` for ``hook``, as ``hookcall``'s per-answer check."""
+    return lambda plugin, value: check_result(hook, plugin, value)
 
 
 class _Failure(str):
@@ -129,7 +113,7 @@ class RewardPipeline:
             judge_endpoints=list(self.runtime.judge_endpoints),
         )
         await asyncio.gather(*(self._score_one(t, s, ctx) for t, s in zip(group, samples)))
-        judged = await self._guard(all_results(self.runtime.plugins.impls("judge"), "judge", samples=samples, ctx=ctx), "judge")
+        judged = await self._guard(call_all(self.runtime.plugins, "judge", self.runtime.plugins.impls("judge"), check=_checker("judge"), samples=samples, ctx=ctx), "judge")
         if isinstance(judged, _Failure):
             for t in group:
                 t.reward_error = t.reward_error or str(judged)
@@ -152,7 +136,7 @@ class RewardPipeline:
             traj.reward_error = f"rollout failed: {traj.error}"
             return
         verification = await self._guard(
-            first_result(self.runtime.impls("verify_tool", traj.env), "verify_tool", sample=sample, ctx=ctx), "verify_tool"
+            self.runtime.call_first("verify_tool", traj.env, check=_checker("verify_tool"), sample=sample, ctx=ctx), "verify_tool"
         )
         if isinstance(verification, _Failure):
             traj.reward_error, traj.reward_traceback = str(verification), verification.traceback
@@ -160,9 +144,8 @@ class RewardPipeline:
         if isinstance(verification, Verification):
             traj.reward_components["verified"] = float(verification.passed)
         score = await self._guard(
-            first_result(
-                self.runtime.impls("compute_score", traj.env), "compute_score",
-                sample=sample, verification=verification, ctx=ctx,
+            self.runtime.call_first(
+                "compute_score", traj.env, check=_checker("compute_score"), sample=sample, verification=verification, ctx=ctx
             ),
             "compute_score",
         )

@@ -15,7 +15,7 @@ import logging
 import pluggy
 
 from rlfcore.context import SetupContext
-from rlfcore.hookcall import resolve
+from rlfcore.hookcall import Check, call_first, call_impl
 from rlfcore.processes import ProcessPool
 from rlfcore.types import Example, Tool, ToolCallParser
 
@@ -61,12 +61,13 @@ class Runtime:
         """Collect what each enabled plugin registers: parsers, tools, examples."""
         if self._ready:
             return
+        ctx = SetupContext(plugin="", config=self.config)  # rebound to each plugin by hookcall.bind
         for impl in self.plugins.impls("register_parsers"):
-            found = await resolve(impl.function(*self._setup_args(impl)))
+            found = await call_impl(self.plugins, "register_parsers", impl, ctx=ctx)
             for name, parser in (found or {}).items():
                 self.parsers[name] = parser
         for impl in self.plugins.impls("register_tools"):
-            found = await resolve(impl.function(*self._setup_args(impl)))
+            found = await call_impl(self.plugins, "register_tools", impl, ctx=ctx)
             tools = self.tools.setdefault(impl.plugin_name, {})
             for tool in found or []:
                 if tool.name in tools:
@@ -74,9 +75,9 @@ class Runtime:
                 tool.plugin = impl.plugin_name
                 tools[tool.name] = tool
         for impl in self.plugins.impls("register_engines"):
-            self.engines.update(impl.function(*self._setup_args(impl)) or {})
+            self.engines.update(await call_impl(self.plugins, "register_engines", impl, ctx=ctx) or {})
         for impl in self.plugins.impls("register_examples"):
-            self.examples[impl.plugin_name] = list(impl.function(*self._setup_args(impl)) or [])
+            self.examples[impl.plugin_name] = list(await call_impl(self.plugins, "register_examples", impl, ctx=ctx) or [])
         self._ready = True
 
     async def aclose(self) -> None:
@@ -84,9 +85,10 @@ class Runtime:
         if self._closed:
             return
         self._closed = True
+        ctx = SetupContext(plugin="", config=self.config)
         for impl in self.plugins.impls("shutdown"):
             try:
-                await resolve(impl.function(*self._setup_args(impl)))
+                await call_impl(self.plugins, "shutdown", impl, ctx=ctx)
             except Exception:  # one plugin's cleanup must not keep the others' servers alive
                 log.exception("plugin '%s' failed to shut down", impl.plugin_name)
         self.processes.close()
@@ -97,10 +99,6 @@ class Runtime:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
-
-    def _setup_args(self, impl: pluggy.HookImpl) -> list[Any]:
-        ctx = SetupContext(plugin=impl.plugin_name, settings=self.config.settings(impl.plugin_name), config=self.config)
-        return [ctx for _ in impl.argnames]
 
     # --- routing ---------------------------------------------------------------------------------
 
@@ -136,6 +134,10 @@ class Runtime:
     def impls(self, hook: str, env: str | None) -> list[pluggy.HookImpl]:
         """A routed hook's implementations for a sample of ``env``: its plugins, then the built-ins."""
         return self.plugins.impls(hook, self.env_plugins(env))
+
+    async def call_first(self, hook: str, env: str | None, *, check: Check | None = None, **kwargs: Any) -> Any:
+        """A routed first-result hook for a sample of ``env``: the first answer, through ``hookcall``."""
+        return await call_first(self.plugins, hook, self.impls(hook, env), check=check, **kwargs)
 
     def settings(self, env: str | None) -> Any:
         plugins = self.env_plugins(env)
