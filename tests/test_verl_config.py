@@ -143,7 +143,9 @@ def test_settings_without_a_verl_default_map(tmp_path):
     assert rollout.max_num_seqs == 48 and (rollout.seed, actor.fsdp_config.seed) == (7, 7)
     assert c.trainer.rollout_data_dir == str((tmp_path / "o" / "samples").resolve())
     assert c.trainer.resume_mode == "auto"
-    assert list(c.trainer.logger) == ["console", "tensorboard", "mlflow"] and c.trainer.project_name == "calc"
+    assert list(c.trainer.logger) == ["console", "file", "tensorboard", "mlflow"] and c.trainer.project_name == "calc"
+    metrics = (tmp_path / "o" / "verl_metrics.jsonl").resolve()  # verl's file logger, read by `rlf ui`
+    assert c.ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH == str(metrics)
     assert (rollout.prompt_length, rollout.response_length) == (6143, 6143)  # max_total_tokens caps the response
 
 
@@ -212,6 +214,9 @@ def test_dry_run_prints_the_config_and_launches_nothing(tmp_path, monkeypatch):
     out = "\n".join(lines)
     assert "adv_estimator: grpo" in out and "default_agent_loop: rlf_agent" in out
     assert "nothing launched" in out and "verl.trainer.main_ppo" in out
+    metrics = (tmp_path / "o" / "verl_metrics.jsonl").resolve()
+    assert f"file logger writes each step's metrics to {metrics}" in out and f"VERL_FILE_LOGGER_PATH: {metrics}" in out
+    assert "trainer.logger=[console,file]" in out
     assert (tmp_path / "o" / "verl" / "train.parquet").is_file()
 
 

@@ -121,13 +121,14 @@ def create_app(root: str | Path, config: str | Path | None = None, poll_ms: int 
                     files=sample_files(run))
 
     async def metrics(request: Request) -> JSONResponse:
-        """Metrics lines from byte ``offset`` on (``file``: metrics.jsonl or sft_metrics.jsonl)."""
+        """Metrics lines from byte ``offset`` on (``file``: metrics.jsonl or sft_metrics.jsonl; a verl run's
+        metrics.jsonl is its verl_metrics.jsonl in rlf's names)."""
         run = run_path(request)
         name = request.query_params.get("file", "metrics.jsonl")
         if name not in ("metrics.jsonl", "sft_metrics.jsonl"):
             raise HTTPException(400, f"file must be metrics.jsonl or sft_metrics.jsonl, not {name!r}")
         offset = _int_param(request, "offset", 0)
-        rows, end = rd.read_jsonl_from(run / name, offset)
+        rows, end = rd.read_metrics_from(run, offset) if name == "metrics.jsonl" else rd.read_jsonl_from(run / name, offset)
         return JSONResponse({"rows": rows, "offset": end, "status": rd.status(run)})
 
     async def banner(request: Request) -> HTMLResponse:
@@ -328,7 +329,7 @@ def example_arguments(schema: Any) -> str:
 
 
 def _warnings(run: Path, files: SampleFiles) -> list[str]:
-    metrics = rd.read_jsonl_tail(run / "metrics.jsonl", 50)
+    metrics = rd.read_metrics_tail(run, 50)
     found = sample_files(run)
     last: list[dict[str, Any]] = []
     if found:

@@ -14,13 +14,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlfcore.ui import verl_metrics
+
 LIVE_WINDOW_S = 120.0
 """A run whose files changed this recently counts as running."""
 
 LAUNCH_FILE = "ui_launch.json"
 """Written by the launch page only: the command, its pid and, once it ended, its exit code."""
 
-MARKERS = ("metrics.jsonl", "sft_metrics.jsonl", "config.yaml", "samples", "eval.jsonl", LAUNCH_FILE)
+MARKERS = ("metrics.jsonl", verl_metrics.FILE, "sft_metrics.jsonl", "config.yaml", "samples", "eval.jsonl", LAUNCH_FILE)
 """A folder holding one of these is a run folder."""
 
 
@@ -74,7 +76,7 @@ def resolve_run(root: Path, name: str) -> Path:
 
 
 def run_info(root: Path, path: Path) -> RunInfo:
-    metrics = read_jsonl_tail(path / "metrics.jsonl", 1)
+    metrics = read_metrics_tail(path, 1)
     last = metrics[-1] if metrics else {}
     config = read_config(path)
     steps_total = _get(config, "trainer", "steps")
@@ -105,7 +107,7 @@ def status(path: Path) -> str:
             return "failed"
     if (path / "summary.json").exists():
         return "finished"
-    if time.time() - last_change(path) < LIVE_WINDOW_S and (path / "metrics.jsonl").exists() or _sft_live(path):
+    if time.time() - last_change(path) < LIVE_WINDOW_S and _has_metrics(path) or _sft_live(path):
         return "running"
     if any((path / "checkpoints").glob("*/trainer.pt")):
         return "resumable"
@@ -114,7 +116,7 @@ def status(path: Path) -> str:
 
 def _sft_live(path: Path) -> bool:
     sft = path / "sft_metrics.jsonl"
-    return sft.exists() and not (path / "metrics.jsonl").exists() and time.time() - sft.stat().st_mtime < LIVE_WINDOW_S
+    return sft.exists() and not _has_metrics(path) and time.time() - sft.stat().st_mtime < LIVE_WINDOW_S
 
 
 def _alive(pid: Any) -> bool:
@@ -133,7 +135,7 @@ def _alive(pid: Any) -> bool:
 
 def last_change(path: Path) -> float:
     times = [path.stat().st_mtime]
-    for name in ("metrics.jsonl", "sft_metrics.jsonl", "summary.json", "samples"):
+    for name in ("metrics.jsonl", verl_metrics.FILE, "sft_metrics.jsonl", "summary.json", "samples"):
         p = path / name
         if p.exists():
             times.append(p.stat().st_mtime)
@@ -141,6 +143,31 @@ def last_change(path: Path) -> float:
 
 
 # --- files ---------------------------------------------------------------------------------------
+
+
+def _has_metrics(path: Path) -> bool:
+    return (path / "metrics.jsonl").exists() or (path / verl_metrics.FILE).exists()
+
+
+def _verl_only(path: Path) -> bool:
+    """A verl run: its metrics are verl's file logger's, in verl's names."""
+    return not (path / "metrics.jsonl").exists() and (path / verl_metrics.FILE).exists()
+
+
+def read_metrics_from(path: Path, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
+    """The run's metrics rows from byte ``offset`` on, in rlf's names: ``metrics.jsonl``'s, or for a
+    verl run ``verl_metrics.jsonl``'s translated (the offset is then into that file)."""
+    if _verl_only(path):
+        rows, end = read_jsonl_from(path / verl_metrics.FILE, offset)
+        return [verl_metrics.from_verl(r) for r in rows], end
+    return read_jsonl_from(path / "metrics.jsonl", offset)
+
+
+def read_metrics_tail(path: Path, n: int) -> list[dict[str, Any]]:
+    """The run's last ``n`` metrics rows, in rlf's names (see :func:`read_metrics_from`)."""
+    if _verl_only(path):
+        return [verl_metrics.from_verl(r) for r in read_jsonl_tail(path / verl_metrics.FILE, n)]
+    return read_jsonl_tail(path / "metrics.jsonl", n)
 
 
 def read_json(path: Path) -> Any:

@@ -14,3 +14,6 @@ AGENT_NAME = "rlf_agent"
 
 REWARD_MANAGER = "rlf"
 """The name the reward manager is registered under (``reward.reward_manager.name``)."""
+
+METRICS_FILE = "verl_metrics.jsonl"
+"""Where verl's own ``file`` logger writes each step's metrics in the run folder; ``rlf ui`` draws them."""

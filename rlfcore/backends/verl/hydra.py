@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rlfcore.backends.verl import AGENT_NAME, REWARD_MANAGER
+from rlfcore.backends.verl import AGENT_NAME, METRICS_FILE, REWARD_MANAGER
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -23,6 +23,10 @@ if TYPE_CHECKING:
 
 class TranslationError(ValueError):
     """An rlf setting that verl cannot express, or a verl config that verl's validation rejects."""
+
+
+METRICS_ENV = "VERL_FILE_LOGGER_PATH"
+"""The variable verl's FileLogger takes its path from, set for verl's Ray workers."""
 
 
 @dataclass
@@ -271,6 +275,8 @@ def verl_overrides(
         if t.samples_per_step > 0:
             out["trainer.rollout_data_dir"] = str(run / "samples")
             out["+reward.custom_reward_function.reward_kwargs.rlf_samples_dir"] = str(run / "samples")
+        out["trainer.logger"] = ["console", "file", *t.loggers]  # verl's file logger feeds `rlf ui`'s curves
+        out[f"+ray_kwargs.ray_init.runtime_env.env_vars.{METRICS_ENV}"] = str(run / METRICS_FILE)
     if cluster.ray_address:
         out["+ray_kwargs.ray_init.address"] = cluster.ray_address
     for name, value in cluster.env_vars.items():

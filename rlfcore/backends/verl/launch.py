@@ -145,6 +145,15 @@ def clear_records(run_dir: str | Path, resume: bool) -> None:
             path.unlink()
 
 
+def metrics_file(plan: Plan) -> str | None:
+    """Where verl's file logger writes this run's metrics, when it is on and pointed by rlf."""
+    from rlfcore.backends.verl.hydra import METRICS_ENV
+
+    env = plan.config.get("ray_kwargs", {}).get("ray_init", {}).get("runtime_env", {}).get("env_vars", {})
+    path = env.get(METRICS_ENV) if env else None
+    return str(path) if path and "file" in plan.config.trainer.logger else None
+
+
 def command(plan: Plan) -> list[str]:
     """verl's PPO entry with the plan's overrides: the command :func:`launch` runs."""
     return [sys.executable, "-m", "verl.trainer.main_ppo", *plan.overrides]
@@ -173,6 +182,9 @@ def main(
         echo(f"# {line}")
     if plan.sft_model is not None:
         echo(f"# sft.data is set: rlf's SFT warm start runs first, here; verl trains from {plan.sft_model}")
+    metrics = metrics_file(plan)
+    if metrics is not None:
+        echo(f"# verl's file logger writes each step's metrics to {metrics}; rlf ui draws them")
     if dry_run:
         echo(plan.yaml())
         echo(f"# verl config validated; data written to {files}")
