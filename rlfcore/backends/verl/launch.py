@@ -1,7 +1,8 @@
 """``rlf train CONFIG --backend verl``: convert the data, build and validate verl's config, start verl.
 
 The run folder gets ``verl/train.parquet`` (and ``val.parquet``), ``verl/overrides.txt`` (the exact
-Hydra overrides) and ``verl/config.yaml`` (verl's composed config). The launch itself is verl's own
+Hydra overrides) and ``verl/config.yaml`` (verl's composed config); verl's file logger writes
+``verl_metrics.jsonl``, which ``rlf ui`` reads. The launch itself is verl's own
 ``python -m verl.trainer.main_ppo`` with those overrides, so what runs is plain verl.
 """
 
