@@ -76,3 +76,37 @@ def test_run_page_and_metrics_feed_draw_a_verl_run_live(verl_logger) -> None:
         assert [(r["step"], r["rollout_s"]) for r in more["rows"]] == [(2, 3.0)]  # only the appended line
         assert more["offset"] == (run / METRICS_FILE).stat().st_size
         assert client.get(f"/api/metrics?run=verl-run&offset={more['offset']}").json()["rows"] == []
+
+
+def test_a_resumed_verl_run_keeps_the_curves_of_its_kept_steps(verl_logger) -> None:
+    """verl's file logger truncates its file on start: ``--resume`` sets the checkpointed steps aside first."""
+    from starlette.testclient import TestClient
+
+    from rlfcore.backends.verl.launch import keep_metrics
+    from rlfcore.ui import create_app
+
+    run, logger = verl_logger
+    for step in (1, 2, 3):
+        logger.log(verl_step(step), step=step)
+    logger.finish()
+    (run / "checkpoints").mkdir()
+    (run / "checkpoints" / "latest_checkpointed_iteration.txt").write_text("2\n")
+    keep_metrics(run, resume=True)
+    assert not (run / METRICS_FILE).exists()
+    resumed = tracking.FileLogger("rlf", "run")  # what verl opens when the resumed run starts
+    try:
+        resumed.log(verl_step(3), step=3)
+        with TestClient(create_app(run.parent, poll_ms=500)) as client:
+            first = client.get("/api/metrics?run=verl-run").json()
+            assert [r["step"] for r in first["rows"]] == [1, 2, 3]
+            resumed.log(verl_step(4), step=4)
+            more = client.get(f"/api/metrics?run=verl-run&offset={first['offset']}").json()
+            assert [r["step"] for r in more["rows"]] == [4]
+            row = client.get("/runs-table").text.split('data-run="verl-run"')[1].split("</tr>")[0]
+            assert "<td>4</td>" in row and "1.000" in row  # the runs list reads the current file's last line
+    finally:
+        resumed.finish()
+    keep_metrics(run, resume=True)  # resumed again from step 2: step 3 and 4 are run again
+    assert [json.loads(line)["step"] for line in (run / "verl_metrics.earlier.jsonl").read_text().splitlines()] == [1, 2]
+    keep_metrics(run, resume=False)  # a fresh run starts its curves anew
+    assert not (run / "verl_metrics.earlier.jsonl").exists() and not (run / METRICS_FILE).exists()

@@ -22,7 +22,8 @@ LIVE_WINDOW_S = 120.0
 LAUNCH_FILE = "ui_launch.json"
 """Written by the launch page only: the command, its pid and, once it ended, its exit code."""
 
-MARKERS = ("metrics.jsonl", verl_metrics.FILE, "sft_metrics.jsonl", "config.yaml", "samples", "eval.jsonl", LAUNCH_FILE)
+MARKERS = ("metrics.jsonl", verl_metrics.FILE, verl_metrics.EARLIER, "sft_metrics.jsonl", "config.yaml", "samples",
+           "eval.jsonl", LAUNCH_FILE)
 """A folder holding one of these is a run folder."""
 
 
@@ -145,31 +146,6 @@ def last_change(path: Path) -> float:
 # --- files ---------------------------------------------------------------------------------------
 
 
-def _has_metrics(path: Path) -> bool:
-    return (path / "metrics.jsonl").exists() or (path / verl_metrics.FILE).exists()
-
-
-def _verl_only(path: Path) -> bool:
-    """A verl run: its metrics are verl's file logger's, in verl's names."""
-    return not (path / "metrics.jsonl").exists() and (path / verl_metrics.FILE).exists()
-
-
-def read_metrics_from(path: Path, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
-    """The run's metrics rows from byte ``offset`` on, in rlf's names: ``metrics.jsonl``'s, or for a
-    verl run ``verl_metrics.jsonl``'s translated (the offset is then into that file)."""
-    if _verl_only(path):
-        rows, end = read_jsonl_from(path / verl_metrics.FILE, offset)
-        return [verl_metrics.from_verl(r) for r in rows], end
-    return read_jsonl_from(path / "metrics.jsonl", offset)
-
-
-def read_metrics_tail(path: Path, n: int) -> list[dict[str, Any]]:
-    """The run's last ``n`` metrics rows, in rlf's names (see :func:`read_metrics_from`)."""
-    if _verl_only(path):
-        return [verl_metrics.from_verl(r) for r in read_jsonl_tail(path / verl_metrics.FILE, n)]
-    return read_jsonl_tail(path / "metrics.jsonl", n)
-
-
 def read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text())
@@ -185,6 +161,42 @@ def read_config(path: Path) -> dict[str, Any]:
     except (OSError, yaml.YAMLError):
         return {}
     return data if isinstance(data, dict) else {}
+
+
+def _has_metrics(path: Path) -> bool:
+    return (path / "metrics.jsonl").exists() or _verl_only(path)
+
+
+def _verl_only(path: Path) -> bool:
+    """A verl run: its metrics are verl's file logger's, in verl's names."""
+    return not (path / "metrics.jsonl").exists() and any((path / f).exists() for f in (verl_metrics.FILE, verl_metrics.EARLIER))
+
+
+def read_metrics_from(path: Path, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
+    """The run's metrics rows from byte ``offset`` on, in rlf's names: ``metrics.jsonl``'s, or for a
+    verl run its two files translated, read as one: the steps kept from before a ``--resume``, then
+    the current ones (an offset past the first file's size is into the second)."""
+    if not _verl_only(path):
+        return read_jsonl_from(path / "metrics.jsonl", offset)
+    earlier = path / verl_metrics.EARLIER
+    size = earlier.stat().st_size if earlier.exists() else 0
+    rows: list[dict[str, Any]] = []
+    if offset < size:
+        rows, offset = read_jsonl_from(earlier, offset)
+    if offset >= size:
+        current, end = read_jsonl_from(path / verl_metrics.FILE, offset - size)
+        rows, offset = rows + current, size + end
+    return [verl_metrics.from_verl(r) for r in rows], offset
+
+
+def read_metrics_tail(path: Path, n: int) -> list[dict[str, Any]]:
+    """The run's last ``n`` metrics rows, in rlf's names (see :func:`read_metrics_from`)."""
+    if not _verl_only(path):
+        return read_jsonl_tail(path / "metrics.jsonl", n)
+    rows = read_jsonl_tail(path / verl_metrics.FILE, n)
+    if len(rows) < n:
+        rows = read_jsonl_tail(path / verl_metrics.EARLIER, n - len(rows)) + rows
+    return [verl_metrics.from_verl(r) for r in rows]
 
 
 def read_jsonl_from(path: Path, offset: int = 0, limit_bytes: int = 32 << 20) -> tuple[list[dict[str, Any]], int]:

@@ -2,14 +2,16 @@
 
 Under ``rlf train --backend verl``, verl's own ``file`` logger writes ``RUN/verl_metrics.jsonl``, one
 ``{"step": N, "data": {...}}`` line per step in verl's names (``critic/score/mean``, ``timing_s/gen``,
-...). The UI reads that file in place, byte offsets and all, and renames each line here: the keys rlf
-charts get rlf's names, every other key keeps its verl name.
+...); a ``--resume`` sets the steps it keeps aside in ``verl_metrics.earlier.jsonl`` first, because the
+logger starts its file anew. The UI reads both in place, byte offsets and all, and renames each line
+here: the keys rlf charts get rlf's names, every other key keeps its verl name.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from rlfcore.backends.verl import EARLIER_METRICS_FILE as EARLIER
 from rlfcore.backends.verl import METRICS_FILE as FILE
 
 NAMES: dict[str, tuple[str, ...]] = {

@@ -17,3 +17,6 @@ REWARD_MANAGER = "rlf"
 
 METRICS_FILE = "verl_metrics.jsonl"
 """Where verl's own ``file`` logger writes each step's metrics in the run folder; ``rlf ui`` draws them."""
+
+EARLIER_METRICS_FILE = "verl_metrics.earlier.jsonl"
+"""The metrics of the steps before a ``--resume``, set aside because verl's file logger starts its file anew."""

@@ -8,6 +8,7 @@ Hydra overrides) and ``verl/config.yaml`` (verl's composed config); verl's file 
 
 from __future__ import annotations
 
+import json
 import logging
 import shlex
 import subprocess
@@ -138,8 +139,7 @@ def clear_records(run_dir: str | Path, resume: bool) -> None:
     function appends to them, so each file then holds one attempt at its step, as verl's own dumps
     (rewritten each time) do."""
     run = Path(run_dir)
-    marker = run / "checkpoints" / "latest_checkpointed_iteration.txt"
-    kept = int(marker.read_text().strip()) if resume and marker.exists() else 0
+    kept = _kept_step(run, resume)
     for path in (run / "samples").glob("step_*.jsonl"):
         step = path.stem.removeprefix("step_")
         if not step.isdigit() or int(step) > kept:
@@ -153,6 +153,39 @@ def metrics_file(plan: Plan) -> str | None:
     env = plan.config.get("ray_kwargs", {}).get("ray_init", {}).get("runtime_env", {}).get("env_vars", {})
     path = env.get(METRICS_ENV) if env else None
     return str(path) if path and "file" in plan.config.trainer.logger else None
+
+
+def _kept_step(run: Path, resume: bool) -> int:
+    """The step verl continues after: its latest checkpoint's for ``--resume``, else 0."""
+    marker = run / "checkpoints" / "latest_checkpointed_iteration.txt"
+    return int(marker.read_text().strip()) if resume and marker.exists() else 0
+
+
+def keep_metrics(run_dir: str | Path, resume: bool) -> None:
+    """Set aside the metrics of the steps a ``--resume`` keeps: verl's file logger truncates
+    ``verl_metrics.jsonl`` when it starts, so the lines up to the latest checkpoint move to
+    ``verl_metrics.earlier.jsonl``, which ``rlf ui`` reads first. A fresh run drops both."""
+    from rlfcore.backends.verl import EARLIER_METRICS_FILE, METRICS_FILE
+
+    run = Path(run_dir)
+    current, earlier = run / METRICS_FILE, run / EARLIER_METRICS_FILE
+    kept = _kept_step(run, resume)
+    lines = []
+    for path in (earlier, current) if kept else ():
+        for line in path.read_bytes().splitlines() if path.exists() else ():
+            try:
+                step = json.loads(line).get("step")
+            except (ValueError, AttributeError):
+                continue
+            if isinstance(step, int) and step <= kept:
+                lines.append(line + b"\n")
+    if lines:
+        tmp = earlier.with_suffix(".tmp")
+        tmp.write_bytes(b"".join(lines))
+        tmp.replace(earlier)
+    else:
+        earlier.unlink(missing_ok=True)
+    current.unlink(missing_ok=True)
 
 
 def command(plan: Plan) -> list[str]:
@@ -193,5 +226,6 @@ def main(
         return 0
     make_model(config_path, overrides, plan, resume)
     clear_records(plan.run_dir, resume)
+    keep_metrics(plan.run_dir, resume)
     echo(f"verl data: {files}; config: {plan.run_dir / 'verl' / 'config.yaml'}")
     return launch(plan)
