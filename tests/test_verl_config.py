@@ -60,12 +60,13 @@ def test_translation_passes_verls_validation(tmp_path):
 
 
 def test_raw_overrides_win_and_odd_strings_survive(tmp_path):
-    from rlfcore.backends.verl.launch import prepare
+    from rlfcore.backends.verl.launch import metrics_file, prepare
 
     odd = "rollout.system_prompt=It's a=b \\ path, \\'q\\"
     plan = prepare(_run(tmp_path), [odd], ["actor_rollout_ref.actor.optim.lr=3e-6", "trainer.logger=[console,wandb]"], tmp_path / "o")
     assert plan.config.actor_rollout_ref.actor.optim.lr == 3e-6
     assert list(plan.config.trainer.logger) == ["console", "wandb"]
+    assert metrics_file(plan) is None  # the raw logger list dropped verl's file logger: no UI curves claimed
     assert list(plan.config.rlf.overrides) == [odd]
 
 

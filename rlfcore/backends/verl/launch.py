@@ -148,10 +148,11 @@ def clear_records(run_dir: str | Path, resume: bool) -> None:
 
 def metrics_file(plan: Plan) -> str | None:
     """Where verl's file logger writes this run's metrics, when it is on and pointed by rlf."""
+    from omegaconf import OmegaConf
+
     from rlfcore.backends.verl.hydra import METRICS_ENV
 
-    env = plan.config.get("ray_kwargs", {}).get("ray_init", {}).get("runtime_env", {}).get("env_vars", {})
-    path = env.get(METRICS_ENV) if env else None
+    path = OmegaConf.select(plan.config, f"ray_kwargs.ray_init.runtime_env.env_vars.{METRICS_ENV}")
     return str(path) if path and "file" in plan.config.trainer.logger else None
 
 
