@@ -52,7 +52,9 @@ def test_local_train_runs_search_r1_steps(run_config, tmp_path):
 
 def test_verl_dry_run_of_search_r1(run_config, tmp_path):
     path, data = run_config
-    result = CliRunner().invoke(cli, ["train", str(path), "--backend", "verl", "--dry-run", "--run-dir", str(tmp_path / "v")])
+    # trainer.device=cpu (set for the local run) is refused by the verl backend, which places the model on its GPUs.
+    args = ["train", str(path), "trainer.device=auto", "--backend", "verl", "--dry-run", "--run-dir", str(tmp_path / "v")]
+    result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output + repr(result.exception)
     assert "nothing launched" in result.output and "default_agent_loop: rlf_agent" in result.output
     records = pq.read_table(tmp_path / "v" / "verl" / "train.parquet").to_pylist()
