@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -113,15 +114,20 @@ def test_wandb_offline_run_read_back(tmp_path, monkeypatch):
 
     from wandb.proto import wandb_internal_pb2 as pb
 
-    rows, runs = [], []
-    for data in _wandb_records(file):
-        record = pb.Record()
-        record.ParseFromString(data)
-        kind = record.WhichOneof("record_type")
-        if kind == "history":
-            rows.append({item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item})
-        elif kind == "run":
-            runs.append((record.run.project, record.run.display_name))
+    deadline = time.monotonic() + 30  # W&B's service process may still be flushing the file after finish()
+    while True:
+        rows, runs = [], []
+        for data in _wandb_records(file):
+            record = pb.Record()
+            record.ParseFromString(data)
+            kind = record.WhichOneof("record_type")
+            if kind == "history":
+                rows.append({item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item})
+            elif kind == "run":
+                runs.append((record.run.project, record.run.display_name))
+        if (runs and len(rows) >= 4) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
     assert runs and runs[0] == ("rlf-test", tmp_path.name), runs
     grpo = [(r["step"], r["reward_mean"]) for r in rows if "reward_mean" in r]
     sft = [(r["sft/step"], r["sft/loss"]) for r in rows if "sft/loss" in r]
