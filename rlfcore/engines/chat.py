@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from rlfcore.engines.openai import EngineError, JSONEndpoint, _snippet
+from rlfcore.engines.openai import EngineError, JSONEndpoint, _snippet, optional_sampling
 
 if TYPE_CHECKING:
     from rlfcore.config import EngineConfig, RunConfig
@@ -198,12 +198,7 @@ class ChatEngine(JSONEndpoint):
             body["model"] = self.model
         if self.format is None and schemas:
             body["tools"] = schemas
-        if params.top_k != -1:
-            body["top_k"] = params.top_k
-        if params.seed is not None:
-            body["seed"] = params.seed
-        if params.stop:
-            body["stop"] = list(params.stop)
+        body.update(optional_sampling(params))
         body.update(self.extra_body)
         return body
 

@@ -158,12 +158,8 @@ class OpenAIEngine(JSONEndpoint, Engine):
         }
         if self.model:
             body["model"] = self.model
-        if params.top_k != -1:
-            body["top_k"] = params.top_k
-        if params.seed is not None:
-            body["seed"] = params.seed
+        body.update(optional_sampling(params))
         if params.stop:
-            body["stop"] = list(params.stop)
             body["include_stop_str_in_output"] = True  # vLLM: the text keeps the stop string, as the ids do
         body.update(self.extra_body)
         return body
@@ -175,6 +171,18 @@ class OpenAIEngine(JSONEndpoint, Engine):
         except (KeyError, IndexError, TypeError):
             raise EngineError(f"{self.url}: the answer has no choices[0]: {_snippet(data)}") from None
         return parse_choice(choice, params, self.tokenizer, self.url)
+
+
+def optional_sampling(params: SamplingParams) -> dict[str, Any]:
+    """The sampling fields an OpenAI-compatible request carries only when set (top_k, seed, stop)."""
+    fields: dict[str, Any] = {}
+    if params.top_k != -1:
+        fields["top_k"] = params.top_k
+    if params.seed is not None:
+        fields["seed"] = params.seed
+    if params.stop:
+        fields["stop"] = list(params.stop)
+    return fields
 
 
 def parse_choice(
