@@ -16,40 +16,22 @@ import json
 import re
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from openai_server import LoopbackServer
 
 _QUESTION = re.compile(r"What is (-?\d+\s*[-+*/]\s*-?\d+)\?")
 _RESPONSE = re.compile(r"<tool_response>\n(.*?)\n</tool_response>", re.DOTALL)
 
 
-class ChatServer:
+class ChatServer(LoopbackServer):
     def __init__(self, status: int = 200, api_key: str | None = None):
         self.status = status
         self.api_key = api_key
         self.requests: list[dict[str, Any]] = []
         self._lock = threading.Lock()
-        self._httpd: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
-
-    @property
-    def base_url(self) -> str:
-        assert self._httpd is not None, "the server is not started"
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}/v1"
-
-    def __enter__(self) -> ChatServer:
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.02,), daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        assert self._httpd is not None and self._thread is not None
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join()
+        self._use_handler(_handler(self))
 
     def message(self, body: dict[str, Any]) -> dict[str, Any]:
         """The assistant message answering the request's last message."""

@@ -18,10 +18,39 @@ import json
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Self
 
 
-class CompletionsServer:
+class LoopbackServer:
+    """A stdlib HTTP server on 127.0.0.1 with a free port, serving on its own thread inside ``with``;
+    the stand-ins of the completions and chat routes share it."""
+
+    def _use_handler(self, handler: type[BaseHTTPRequestHandler]) -> None:
+        self._handler_class = handler
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def base_url(self) -> str:
+        assert self._httpd is not None, "the server is not started"
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def __enter__(self) -> Self:
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class)
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.02,), daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self._httpd is not None and self._thread is not None
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join()
+
+
+class CompletionsServer(LoopbackServer):
     def __init__(self, vocab: int = 300, eos_id: int | None = None, style: str = "vllm"):
         self.vocab = vocab
         self.eos_id = eos_id
@@ -34,27 +63,7 @@ class CompletionsServer:
         self.in_flight = 0
         self.max_in_flight = 0
         self._lock = threading.Lock()
-        self._httpd: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
-
-    @property
-    def base_url(self) -> str:
-        assert self._httpd is not None, "the server is not started"
-        host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}/v1"
-
-    def __enter__(self) -> CompletionsServer:
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.02,), daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        assert self._httpd is not None and self._thread is not None
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join()
+        self._use_handler(_handler(self))
 
     def continuation(self, body: dict[str, Any]) -> tuple[list[int], str, int | None]:
         """The ids this server generates for a request, its finish reason and vLLM's stop_reason."""
