@@ -82,7 +82,9 @@ def draw_latencies(trajectories: int, turns: int, calls: int, seed: int) -> Late
     sigma = math.log(TOOL_P99_S / TOOL_MEDIAN_S) / statistics.NormalDist().inv_cdf(0.99)
     rng = random.Random(seed)
     mu = math.log(TOOL_MEDIAN_S)
-    return [[[rng.lognormvariate(mu, sigma) for _ in range(calls)] for _ in range(turns - 1)] for _ in range(trajectories)]
+    return [
+        [[rng.lognormvariate(mu, sigma) for _ in range(calls)] for _ in range(turns - 1)] for _ in range(trajectories)
+    ]
 
 
 def percentiles(values: list[float]) -> dict[str, float]:
@@ -117,7 +119,9 @@ def _call_text(seconds: float) -> str:
 def rlf_loop(latencies: Latencies, turns: int, gen_latency: float, use_async: bool = False) -> dict[str, Any]:
     """Wall and CPU time of the real loop over ``latencies``; raises if any trajectory went wrong."""
     trajectories, calls = len(latencies), len(latencies[0][0])
-    scripts = {f"t{i}": ["".join(_call_text(s) for s in turn) for turn in traj] + ["done"] for i, traj in enumerate(latencies)}
+    scripts = {
+        f"t{i}": ["".join(_call_text(s) for s in turn) for turn in traj] + ["done"] for i, traj in enumerate(latencies)
+    }
     longest = max(len(text.encode()) for script in scripts.values() for text in script)
     slowest = max(s for traj in latencies for turn in traj for s in turn)
     config = {
@@ -145,7 +149,12 @@ def rlf_loop(latencies: Latencies, turns: int, gen_latency: float, use_async: bo
             f"{len(bad)} trajectories did not run as scripted, e.g. {t.id}: stop_reason={t.stop_reason}, "
             f"turns={t.num_turns}, tool errors={t.tool_error_kinds}, error={t.error}"
         )
-    return {"wall_s": wall, "cpu_s": cpu, "tool_calls": sum(t.tool_calls for t in done), "turns": sum(t.num_turns for t in done)}
+    return {
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "tool_calls": sum(t.tool_calls for t in done),
+        "turns": sum(t.num_turns for t in done),
+    }
 
 
 class ScriptedVerlServer:
@@ -157,7 +166,9 @@ class ScriptedVerlServer:
         self.tokenizer, self.scripts, self.latency_s = tokenizer, scripts, latency_s
         self.turns: dict[str, list[int]] = {}
 
-    async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any], **_: Any) -> Any:
+    async def generate(
+        self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any], **_: Any
+    ) -> Any:
         from verl.workers.rollout.replica import TokenOutput
 
         if request_id not in self.turns:
@@ -184,10 +195,23 @@ def _verl_sleep_tool(use_async: bool) -> Any:
         time.sleep(seconds)
         return "ok"
 
-    schema = OpenAIFunctionToolSchema.model_validate({"type": "function", "function": {
-        "name": "sleep", "description": "Wait `seconds`, like a call to a slow service.",
-        "parameters": {"type": "object", "properties": {"seconds": {"type": "number"}}, "required": ["seconds"]}}})
-    return FunctionTool(name="sleep", fn=async_sleep if use_async else sync_sleep, tool_schema=schema, is_async=use_async)
+    schema = OpenAIFunctionToolSchema.model_validate(
+        {
+            "type": "function",
+            "function": {
+                "name": "sleep",
+                "description": "Wait `seconds`, like a call to a slow service.",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"seconds": {"type": "number"}},
+                    "required": ["seconds"],
+                },
+            },
+        }
+    )
+    return FunctionTool(
+        name="sleep", fn=async_sleep if use_async else sync_sleep, tool_schema=schema, is_async=use_async
+    )
 
 
 def verl_model(work: Path) -> Path:
@@ -196,12 +220,18 @@ def verl_model(work: Path) -> Path:
 
     path = work / "model"
     if not (path / "config.json").exists():
-        build_tiny(["Wait as told, then say done. trajectory 12.", _call_text(0.5), "<tool_response>\nok\n</tool_response>"] * 20,
-                   path, vocab_size=300)
+        build_tiny(
+            ["Wait as told, then say done. trajectory 12.", _call_text(0.5), "<tool_response>\nok\n</tool_response>"]
+            * 20,
+            path,
+            vocab_size=300,
+        )
     return path
 
 
-def verl_tool_agent_loop(latencies: Latencies, turns: int, gen_latency: float, model: Path, use_async: bool = False) -> dict[str, Any]:
+def verl_tool_agent_loop(
+    latencies: Latencies, turns: int, gen_latency: float, model: Path, use_async: bool = False
+) -> dict[str, Any]:
     """Wall and CPU time of verl's ToolAgentLoop, driven through its real ``AgentLoopWorker.generate_sequences``
     over ``latencies``; raises if any trajectory went wrong."""
     import numpy as np
@@ -213,23 +243,38 @@ def verl_tool_agent_loop(latencies: Latencies, turns: int, gen_latency: float, m
     trajectories, calls = len(latencies), len(latencies[0][0])
     scripts = [["".join(_call_text(s) for s in turn) for turn in traj] + ["done"] for traj in latencies]
     roll = "actor_rollout_ref.rollout"
-    cfg = compose([
-        f"actor_rollout_ref.model.path={model}", "data.max_prompt_length=1024", "data.max_response_length=16384",
-        f"{roll}.name=vllm", f"{roll}.mode=async", f"{roll}.n=1", f"{roll}.agent.default_agent_loop=tool_agent", f"{roll}.multi_turn.enable=true",
-        f"{roll}.multi_turn.max_assistant_turns={turns}", f"{roll}.multi_turn.max_parallel_calls={calls}",
-        f"{roll}.multi_turn.format=hermes", f"{roll}.calculate_log_probs=true", "reward.num_workers=1",
-    ])
+    cfg = compose(
+        [
+            f"actor_rollout_ref.model.path={model}",
+            "data.max_prompt_length=1024",
+            "data.max_response_length=16384",
+            f"{roll}.name=vllm",
+            f"{roll}.mode=async",
+            f"{roll}.n=1",
+            f"{roll}.agent.default_agent_loop=tool_agent",
+            f"{roll}.multi_turn.enable=true",
+            f"{roll}.multi_turn.max_assistant_turns={turns}",
+            f"{roll}.multi_turn.max_parallel_calls={calls}",
+            f"{roll}.multi_turn.format=hermes",
+            f"{roll}.calculate_log_probs=true",
+            "reward.num_workers=1",
+        ]
+    )
 
     async def scenario() -> tuple[DataProto, float, float]:
         worker = AgentLoopWorker(cfg, llm_client=None, reward_loop_worker_handles=None)
         worker.tools = [_verl_sleep_tool(use_async)]
         worker.llm_client = ScriptedVerlServer(worker.tokenizer, scripts, gen_latency)
-        prompts = [[{"role": "user", "content": f"Wait as told, then say done. trajectory {i}."}] for i in range(trajectories)]
-        batch = DataProto.from_single_dict({
-            "raw_prompt": np.array(prompts + [None], dtype=object)[:-1],
-            "agent_name": np.array(["tool_agent"] * trajectories, dtype=object),
-            "index": np.arange(trajectories),
-        })
+        prompts = [
+            [{"role": "user", "content": f"Wait as told, then say done. trajectory {i}."}] for i in range(trajectories)
+        ]
+        batch = DataProto.from_single_dict(
+            {
+                "raw_prompt": np.array(prompts + [None], dtype=object)[:-1],
+                "agent_name": np.array(["tool_agent"] * trajectories, dtype=object),
+                "index": np.arange(trajectories),
+            }
+        )
         cpu, wall = time.process_time(), time.perf_counter()
         out = await worker.generate_sequences(batch)
         return out, time.perf_counter() - wall, time.process_time() - cpu
@@ -239,10 +284,21 @@ def verl_tool_agent_loop(latencies: Latencies, turns: int, gen_latency: float, m
 
     tokenizer = AutoTokenizer.from_pretrained(model)
     texts = [tokenizer.decode(ids.tolist()) for ids in out.batch["responses"]]
-    bad = [i for i, text in enumerate(texts) if text.count("<tool_response>\nok") != (turns - 1) * calls or "done" not in text]
+    bad = [
+        i
+        for i, text in enumerate(texts)
+        if text.count("<tool_response>\nok") != (turns - 1) * calls or "done" not in text
+    ]
     if bad:
-        raise RuntimeError(f"{len(bad)} verl trajectories did not run as scripted, e.g. trajectory {bad[0]}: ...{texts[bad[0]][-300:]!r}")
-    return {"wall_s": wall, "cpu_s": cpu, "tool_calls": trajectories * (turns - 1) * calls, "turns": trajectories * turns}
+        raise RuntimeError(
+            f"{len(bad)} verl trajectories did not run as scripted, e.g. trajectory {bad[0]}: ...{texts[bad[0]][-300:]!r}"
+        )
+    return {
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "tool_calls": trajectories * (turns - 1) * calls,
+        "turns": trajectories * turns,
+    }
 
 
 def verl_rows(latencies: Latencies, turns: int, gen_latency: float, zero: Latencies) -> dict[str, Any]:
@@ -316,7 +372,8 @@ def table(result: dict[str, Any]) -> str:
     lines = [
         f"{c['trajectories']} trajectories x {c['turns']} turns ({c['tool_turns']} with {c['calls_per_turn']} calls), "
         f"generation {c['gen_latency_s'] * 1000:g} ms, seed {c['seed']}",
-        "tool latency (drawn): " + ", ".join(f"{k} {lat[k] * 1000:.1f} ms" for k in ("p50", "p90", "p99", "max", "mean")),
+        "tool latency (drawn): "
+        + ", ".join(f"{k} {lat[k] * 1000:.1f} ms" for k in ("p50", "p90", "p99", "max", "mean")),
     ]
     verl = result["verl_tool_agent_loop"]
     ideal = result["ideal_bound_s"]
@@ -328,7 +385,11 @@ def table(result: dict[str, Any]) -> str:
         ("ideal bound", f"{result['ideal_bound_s']:.3f} s", "1.00"),
         ("rlf loop", f"{result['rlf_loop_s']:.3f} s", f"{r['rlf_over_ideal']:.2f}"),
         ("rlf loop, async tool", f"{result['rlf_loop_async_tool_s']:.3f} s", f"{r['rlf_async_tool_over_ideal']:.2f}"),
-        ("batch-synchronous", f"{result['batch_sync_s']:.3f} s", f"{result['batch_sync_s'] / result['ideal_bound_s']:.2f}"),
+        (
+            "batch-synchronous",
+            f"{result['batch_sync_s']:.3f} s",
+            f"{result['batch_sync_s'] / result['ideal_bound_s']:.2f}",
+        ),
         ("verl ToolAgentLoop", *timed(verl.get("wall_s"))),
         ("verl, async tool", *timed(verl.get("async_tool_wall_s"))),
     ]

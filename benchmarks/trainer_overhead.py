@@ -36,9 +36,15 @@ def make_trajectories(groups: int, n: int, prompt: int, response: int, vocab: in
             mask = [1 if (i // 8) % 2 == 0 else 0 for i in range(length)]  # turns of generated and observed tokens
             out.append(
                 Trajectory(
-                    id=f"g{g}#{k}", row_id=f"g{g}", env=None, messages=[], prompt_ids=prompt_ids,
-                    response_ids=[rng.randrange(10, vocab) for _ in range(length)], response_mask=mask,
-                    logprobs=[-1.0] * length, reward=float(rng.random() < 0.5),
+                    id=f"g{g}#{k}",
+                    row_id=f"g{g}",
+                    env=None,
+                    messages=[],
+                    prompt_ids=prompt_ids,
+                    response_ids=[rng.randrange(10, vocab) for _ in range(length)],
+                    response_mask=mask,
+                    logprobs=[-1.0] * length,
+                    reward=float(rng.random() < 0.5),
                 )
             )
     return out
@@ -93,13 +99,26 @@ def main(argv: list[str] | None = None) -> dict:
     from rlfcore.trainer.rundir import RunDir
 
     with tempfile.TemporaryDirectory() as tmp:
-        texts = ["What is 12+30? 42", '<tool_call>{"name": "calculate", "arguments": {"expression": "12+30"}}</tool_call>'] * 50
-        path = build_tiny(texts, Path(tmp) / "model", vocab_size=400, hidden_size=args.hidden, num_layers=args.layers,
-                          num_heads=4, num_kv_heads=2, intermediate_size=3 * args.hidden)
+        texts = [
+            "What is 12+30? 42",
+            '<tool_call>{"name": "calculate", "arguments": {"expression": "12+30"}}</tool_call>',
+        ] * 50
+        path = build_tiny(
+            texts,
+            Path(tmp) / "model",
+            vocab_size=400,
+            hidden_size=args.hidden,
+            num_layers=args.layers,
+            num_heads=4,
+            num_kv_heads=2,
+            intermediate_size=3 * args.hidden,
+        )
         config, manager = load_config({"trainer": {"micro_batch_size": args.groups * args.n}})
         runtime = asyncio.run(Runtime.create(config, manager))
         model, tok = load_policy(path, "cpu")
-        trajectories = make_trajectories(args.groups, args.n, args.prompt, args.response, model.config.vocab_size, seed=0)
+        trajectories = make_trajectories(
+            args.groups, args.n, args.prompt, args.response, model.config.vocab_size, seed=0
+        )
         trainer = LocalTrainer(runtime, model, tok, [], RunDir(Path(tmp) / "run"))
         bare_model, _ = load_policy(path, "cpu")
         bare_opt = torch.optim.AdamW(bare_model.parameters(), lr=1e-4)
@@ -128,8 +147,10 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"{'':24}{'median s':>10}")
     print(f"{'rlf LocalTrainer update':24}{result['rlf_update_s']:>10.3f}")
     print(f"{'bare torch GRPO step':24}{result['bare_torch_s']:>10.3f}")
-    print(f"overhead ratio {result['overhead_ratio']:.2f}  ({result['sequences']} sequences, {tokens} tokens, "
-          f"{result['parameters']:,} parameters, {result['threads']} threads)")
+    print(
+        f"overhead ratio {result['overhead_ratio']:.2f}  ({result['sequences']} sequences, {tokens} tokens, "
+        f"{result['parameters']:,} parameters, {result['threads']} threads)"
+    )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2))
     return result

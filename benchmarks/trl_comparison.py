@@ -122,14 +122,23 @@ class Curve:
             "reward_last_10pct": statistics.fmean(self.rewards[-k:]) if self.rewards else None,
             "tool_use_first_10pct": statistics.fmean(self.tool_use[:k]) if self.tool_use else None,
             "tool_use_last_10pct": statistics.fmean(self.tool_use[-k:]) if self.tool_use else None,
-            "per_step": {"reward_mean": self.rewards, "tool_use": self.tool_use, "seconds": self.seconds,
-                         "rollout_s": self.rollout_s, "update_s": self.update_s},
+            "per_step": {
+                "reward_mean": self.rewards,
+                "tool_use": self.tool_use,
+                "seconds": self.seconds,
+                "rollout_s": self.rollout_s,
+                "update_s": self.update_s,
+            },
         }
 
     def progress(self) -> None:
         step = len(self.seconds)
-        print(f"  {self.name} step {step:4d}  reward {self.rewards[step - 1]:.3f}  tool use {self.tool_use[step - 1]:.2f}  "
-              f"{self.seconds[-1]:7.1f} s", file=sys.stderr, flush=True)
+        print(
+            f"  {self.name} step {step:4d}  reward {self.rewards[step - 1]:.3f}  tool use {self.tool_use[step - 1]:.2f}  "
+            f"{self.seconds[-1]:7.1f} s",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def _version(package: str) -> str | None:
@@ -164,8 +173,13 @@ def run_sft(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
     config, manager = load_run_config(args, work)
     result = sft_only(config, manager, work / "sft")
-    return {"steps": result["steps"], "seconds": result["seconds"], "loss_first": result["loss_first"],
-            "loss_last": result["loss_last"], "model": result["model"]}
+    return {
+        "steps": result["steps"],
+        "seconds": result["seconds"],
+        "loss_first": result["loss_first"],
+        "loss_last": result["loss_last"],
+        "model": result["model"],
+    }
 
 
 def rlf_tool_schemas(args: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
@@ -285,10 +299,16 @@ def run_trl(args: argparse.Namespace, sft_model: Path, work: Path, schemas: list
         raise ValueError("trainer.turn_advantage must be 'outcome' here: TRL gives one advantage per sample")
     dataset = trl_dataset(config, args.max_steps)
     tok = AutoTokenizer.from_pretrained(sft_model, local_files_only=True)
-    tok.response_schema = qwen3_schema  # the compact template writes calls as Qwen3 does; TRL only knows Qwen3's by name
+    tok.response_schema = (
+        qwen3_schema  # the compact template writes calls as Qwen3 does; TRL only knows Qwen3's by name
+    )
     check_prompts(tok, dataset, schemas)
     longest_prompt = max(
-        len(tok.apply_chat_template(r["prompt"], tools=[calculate], add_generation_prompt=True, tokenize=True, return_dict=False))
+        len(
+            tok.apply_chat_template(
+                r["prompt"], tools=[calculate], add_generation_prompt=True, tokenize=True, return_dict=False
+            )
+        )
         for r in dataset
     )
     t0 = time.perf_counter()
@@ -318,10 +338,14 @@ def run_trl(args: argparse.Namespace, sft_model: Path, work: Path, schemas: list
 
     watch = Watch()
 
-    def exact_match(prompts: list[Any], completions: list[list[dict[str, Any]]], ground_truth: list[Any], **_: Any) -> list[float]:
+    def exact_match(
+        prompts: list[Any], completions: list[list[dict[str, Any]]], ground_truth: list[Any], **_: Any
+    ) -> list[float]:
         watch.scored = time.perf_counter()  # generation and tool calls of the step are done
         step, per_step = len(curve.rewards), trainer_cfg.prompts_per_step
-        expected = [r["prompt"] for r in dataset.select(range(step * per_step, (step + 1) * per_step)) for _ in range(rollout.n)]
+        expected = [
+            r["prompt"] for r in dataset.select(range(step * per_step, (step + 1) * per_step)) for _ in range(rollout.n)
+        ]
         if prompts != expected:
             raise RuntimeError(f"TRL's step {step + 1} prompts are not rlf's: {prompts[0]!r} vs {expected[0]!r}")
         rewards = [rlf_score(c, g) for c, g in zip(completions, ground_truth)]
@@ -364,14 +388,21 @@ def run_trl(args: argparse.Namespace, sft_model: Path, work: Path, schemas: list
         disable_tqdm=True,
     )
     trainer = GRPOTrainer(
-        model=model, reward_funcs=[exact_match], args=grpo_args, train_dataset=dataset,
-        processing_class=tok, tools=[calculate], callbacks=[watch],
+        model=model,
+        reward_funcs=[exact_match],
+        args=grpo_args,
+        train_dataset=dataset,
+        processing_class=tok,
+        tools=[calculate],
+        callbacks=[watch],
     )
     trainer.remove_callback(PrinterCallback)  # our own progress line instead of the Trainer's log dicts
     curve.setup_s = time.perf_counter() - t0
     trainer.train()
     if len(curve.rewards) != len(curve.seconds):
-        raise RuntimeError(f"TRL scored {len(curve.rewards)} batches in {len(curve.seconds)} steps; expected one per step")
+        raise RuntimeError(
+            f"TRL scored {len(curve.rewards)} batches in {len(curve.seconds)} steps; expected one per step"
+        )
     return curve
 
 
@@ -399,8 +430,14 @@ def print_table(result: dict[str, Any]) -> None:
         ("  rollout (gen + tools)", [fmt(t["median_rollout_s"], ".2f") for t in rows]),
         ("  update (score + train)", [fmt(t["median_update_s"], ".2f") for t in rows]),
         ("training s", [fmt(t["train_s"], ".1f") for t in rows]),
-        ("reward first→last 10%", [f"{fmt(t['reward_first_10pct'], '.2f')} → {fmt(t['reward_last_10pct'], '.2f')}" for t in rows]),
-        ("tool use first→last 10%", [f"{fmt(t['tool_use_first_10pct'], '.2f')} → {fmt(t['tool_use_last_10pct'], '.2f')}" for t in rows]),
+        (
+            "reward first→last 10%",
+            [f"{fmt(t['reward_first_10pct'], '.2f')} → {fmt(t['reward_last_10pct'], '.2f')}" for t in rows],
+        ),
+        (
+            "tool use first→last 10%",
+            [f"{fmt(t['tool_use_first_10pct'], '.2f')} → {fmt(t['tool_use_last_10pct'], '.2f')}" for t in rows],
+        ),
         (f"rolling({cfg['window']}) ≥ {cfg['target']}", [target(t) for t in rows]),
         ("threads", [str(t["threads"]) for t in rows]),
     ]
@@ -411,9 +448,11 @@ def print_table(result: dict[str, Any]) -> None:
         print(f"{label:26}" + "".join(f"{v:>30}" for v in values))
     if result.get("trl_over_rlf_time_to_target") is not None:
         print(f"TRL / rlf time to target: {result['trl_over_rlf_time_to_target']:.2f}")
-    print(f"{cfg['prompts_per_step']} prompts × {cfg['n']} samples per step, lr {cfg['lr']:g}, "
-          f"{cfg['max_tokens_per_turn']} tokens per turn, {cfg['max_turns']} turns. Tool: rlf over a real MCP server "
-          "(stdio subprocess); TRL as an in-process Python function.")
+    print(
+        f"{cfg['prompts_per_step']} prompts × {cfg['n']} samples per step, lr {cfg['lr']:g}, "
+        f"{cfg['max_tokens_per_turn']} tokens per turn, {cfg['max_turns']} turns. Tool: rlf over a real MCP server "
+        "(stdio subprocess); TRL as an in-process Python function."
+    )
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -424,7 +463,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--max-steps", type=int, default=300, help="GRPO steps per trainer at most")
     parser.add_argument("--max-seconds", type=float, default=900.0, help="GRPO training seconds per trainer at most")
     parser.add_argument("--sft-steps", type=int, default=None, help="override run.yaml's sft.steps (for short runs)")
-    parser.add_argument("--sft-model", type=Path, default=None, help="start from this SFT checkpoint instead of running SFT")
+    parser.add_argument(
+        "--sft-model", type=Path, default=None, help="start from this SFT checkpoint instead of running SFT"
+    )
     parser.add_argument("--trainers", default="rlf,trl", help="comma-separated: rlf, trl")
     parser.add_argument("--work-dir", type=Path, default=None, help="keep the model, checkpoints and run folders here")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
@@ -467,11 +508,19 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         ratio = summaries["trl"]["seconds_to_target"] / summaries["rlf"]["seconds_to_target"]
     result = {
         "config": {
-            "target": args.target, "window": args.window, "max_steps": args.max_steps, "max_seconds": args.max_seconds,
-            "threads": args.threads, "prompts_per_step": config.trainer.prompts_per_step, "n": config.rollout.n,
-            "lr": config.trainer.lr, "temperature": config.rollout.sampling.temperature,
-            "max_tokens_per_turn": config.rollout.sampling.max_tokens, "max_turns": config.rollout.max_turns,
-            "max_total_tokens": config.rollout.max_total_tokens, "seed": config.seed,
+            "target": args.target,
+            "window": args.window,
+            "max_steps": args.max_steps,
+            "max_seconds": args.max_seconds,
+            "threads": args.threads,
+            "prompts_per_step": config.trainer.prompts_per_step,
+            "n": config.rollout.n,
+            "lr": config.trainer.lr,
+            "temperature": config.rollout.sampling.temperature,
+            "max_tokens_per_turn": config.rollout.sampling.max_tokens,
+            "max_turns": config.rollout.max_turns,
+            "max_total_tokens": config.rollout.max_total_tokens,
+            "seed": config.seed,
             "versions": {p: _version(p) for p in ("torch", "transformers", "trl")},
         },
         "sft": {k: v for k, v in sft.items() if k != "model"},

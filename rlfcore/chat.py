@@ -97,16 +97,22 @@ class ChatTokenizer(Protocol):
     @property
     def eos_token_ids(self) -> list[int]: ...
 
-    def render(self, messages: list[Message], tools: list[dict[str, Any]] | None, add_generation_prompt: bool) -> str: ...
+    def render(
+        self, messages: list[Message], tools: list[dict[str, Any]] | None, add_generation_prompt: bool
+    ) -> str: ...
 
     def encode(self, text: str) -> list[int]: ...
 
     def decode(self, ids: list[int]) -> str: ...
 
 
-def render_template(template: str, messages: list[Message], tools: list[dict[str, Any]] | None, add_generation_prompt: bool) -> str:
+def render_template(
+    template: str, messages: list[Message], tools: list[dict[str, Any]] | None, add_generation_prompt: bool
+) -> str:
     """Render a Jinja chat template the way Hugging Face does (trimmed blocks, ``tojson``)."""
-    return _compile(template).render(messages=messages, tools=tools or None, add_generation_prompt=add_generation_prompt)
+    return _compile(template).render(
+        messages=messages, tools=tools or None, add_generation_prompt=add_generation_prompt
+    )
 
 
 _TEMPLATES: dict[str, Any] = {}
@@ -181,7 +187,9 @@ class HFChatTokenizer:
     @property
     def template_name(self) -> str:
         """The template, for error messages: its tokenizer folder and the start of its sha256."""
-        return f"{getattr(self.tok, 'name_or_path', '') or 'tokenizer'} (chat template {template_digest(self.template)})"
+        return (
+            f"{getattr(self.tok, 'name_or_path', '') or 'tokenizer'} (chat template {template_digest(self.template)})"
+        )
 
     @cached_property
     def eos_token_ids(self) -> list[int]:
@@ -195,7 +203,11 @@ class HFChatTokenizer:
 
     def render(self, messages: list[Message], tools: list[dict[str, Any]] | None, add_generation_prompt: bool) -> str:
         return self.tok.apply_chat_template(
-            messages, tools=tools or None, add_generation_prompt=add_generation_prompt, tokenize=False, **self.template_kwargs
+            messages,
+            tools=tools or None,
+            add_generation_prompt=add_generation_prompt,
+            tokenize=False,
+            **self.template_kwargs,
         )
 
     def encode(self, text: str) -> list[int]:

@@ -42,8 +42,16 @@ class ChatRollout(Rollout):
         schemas = [t.schema() for t in tools.values()]
         api = self.chat_engine.prompt(traj.messages, schemas)
         ctx = TurnContext(
-            sample_id=traj.id, env=traj.env, turn=0, messages=traj.messages, tools=tools, parser=self.cfg.parser,
-            settings=self.runtime.settings(traj.env), config=self.runtime.config, row=row.raw, runtime=self.runtime,
+            sample_id=traj.id,
+            env=traj.env,
+            turn=0,
+            messages=traj.messages,
+            tools=tools,
+            parser=self.cfg.parser,
+            settings=self.runtime.settings(traj.env),
+            config=self.runtime.config,
+            row=row.raw,
+            runtime=self.runtime,
         )
         generated = 0
         for turn in range(self.cfg.max_turns):

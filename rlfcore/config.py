@@ -34,7 +34,8 @@ class ModelInit(_Section):
     num_kv_heads: int = Field(2, ge=1)
     intermediate_size: int = Field(256, ge=8)
     template: Literal["qwen3", "compact"] = Field(
-        "compact", description="Chat template: `compact` lists tools as one short line each (small models learn it faster)."
+        "compact",
+        description="Chat template: `compact` lists tools as one short line each (small models learn it faster).",
     )
     tokenizer: str | None = Field(
         None,
@@ -54,10 +55,13 @@ class ModelInit(_Section):
 
 
 class ModelConfig(_Section):
-    path: str | None = Field(None, description="Local folder of a Hugging Face model (weights, tokenizer, chat template).")
+    path: str | None = Field(
+        None, description="Local folder of a Hugging Face model (weights, tokenizer, chat template)."
+    )
     tokenizer: str | None = Field(None, description="Tokenizer folder, when it differs from `path`.")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
-        "auto", description="Weights' dtype for the `transformers` engine and for local training; `auto` is float32 in both."
+        "auto",
+        description="Weights' dtype for the `transformers` engine and for local training; `auto` is float32 in both.",
     )
     init: ModelInit | None = Field(None, description="Build a tiny model at `path` when the folder does not exist.")
     chat_template_kwargs: dict[str, Any] = Field(
@@ -100,7 +104,8 @@ class RolloutConfig(_Section):
     concurrency: int = Field(64, ge=1, description="Trajectories in flight at once.")
     check_template: bool = Field(True, description="Compare incremental tokens with a full rendering.")
     unreadable_calls: Literal["observe", "stop"] = Field(
-        "observe", description="A call the parser cannot read: `observe` answers it with the error; `stop` ends the trajectory."
+        "observe",
+        description="A call the parser cannot read: `observe` answers it with the error; `stop` ends the trajectory.",
     )
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
 
@@ -123,7 +128,8 @@ class EngineConfig(_Section):
     base_url: str | None = Field(None, description="For `openai` and `openai-chat`: the server's URL, ending in /v1.")
     model: str | None = Field(None, description="For `openai` and `openai-chat`: the served model's name.")
     chat_tools: Literal["api", "text"] = Field(
-        "api", description="For `openai-chat`: tool calls in the API's `tools` field (`api`), or as text in `rollout.parser`'s format (`text`)."
+        "api",
+        description="For `openai-chat`: tool calls in the API's `tools` field (`api`), or as text in `rollout.parser`'s format (`text`).",
     )
     api_key: str | None = None
     timeout_s: float = Field(600.0, gt=0)
@@ -145,7 +151,9 @@ class RewardConfig(_Section):
 
 
 class SFTConfig(_Section):
-    data: str | None = Field(None, description="JSONL of conversations (`messages`); `rlf train` runs SFT first when set.")
+    data: str | None = Field(
+        None, description="JSONL of conversations (`messages`); `rlf train` runs SFT first when set."
+    )
     steps: int = Field(0, ge=0)
     lr: float = Field(1e-3, gt=0)
     batch_size: int = Field(16, ge=1)
@@ -180,9 +188,12 @@ class TrainerConfig(_Section):
     checkpoint_every: int = Field(50, ge=1)
     samples_per_step: int = Field(4, ge=0, description="Trajectories saved per step in samples/.")
     loggers: list[Literal["tensorboard", "wandb", "mlflow", "trackio"]] = Field(
-        default_factory=list, description="Experiment trackers fed every step's metrics, besides metrics.jsonl (each must be installed)."
+        default_factory=list,
+        description="Experiment trackers fed every step's metrics, besides metrics.jsonl (each must be installed).",
     )
-    project: str = Field("rlf", min_length=1, description="Project (W&B, Trackio) or experiment (MLflow) of the trackers' runs.")
+    project: str = Field(
+        "rlf", min_length=1, description="Project (W&B, Trackio) or experiment (MLflow) of the trackers' runs."
+    )
 
 
 class RunConfig(_Section):
@@ -190,7 +201,8 @@ class RunConfig(_Section):
 
     plugins: list[str] = Field(default_factory=list, description="Installed plugins to enable, by name.")
     local_plugins: list[str] = Field(
-        default_factory=list, description="Plugins from `module`, `module:attr` or a `.py` path (relative to the config)."
+        default_factory=list,
+        description="Plugins from `module`, `module:attr` or a `.py` path (relative to the config).",
     )
     envs: dict[str, list[str]] = Field(
         default_factory=dict, description="Environments by name, each the plugins it uses; default: one per plugin."
@@ -290,7 +302,8 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
         raise ConfigError([ConfigIssue(path="", message=f"{where}{problem}")], source=str(path)) from None
     if not isinstance(data, dict):
         raise ConfigError(
-            [ConfigIssue(path="", message=f"expected a mapping of settings, got {type(data).__name__}")], source=str(path)
+            [ConfigIssue(path="", message=f"expected a mapping of settings, got {type(data).__name__}")],
+            source=str(path),
         )
     return data
 
@@ -350,7 +363,9 @@ def _issues_from(exc: ValidationError, model: type[BaseModel], prefix: str = "")
             known = list(parent.model_fields) if parent else []
             hint = difflib.get_close_matches(str(loc[-1]), known, n=1)
             msg = f"unknown key (value {err['input']!r})"
-            msg += f"; did you mean '{hint[0]}'?" if hint else (f"; expected one of: {', '.join(known)}" if known else "")
+            msg += (
+                f"; did you mean '{hint[0]}'?" if hint else (f"; expected one of: {', '.join(known)}" if known else "")
+            )
         elif err["type"] == "missing":
             msg = "required, but missing"
         else:
@@ -439,8 +454,9 @@ def load_config(
         core_issues = _issues_from(exc, RunConfig)
         for issue in core_issues:
             if issue.message.startswith("unknown key") and "." not in issue.path:
-                issue.message = "unknown key: neither a core setting nor an enabled plugin's section" + (
-                    issue.message[len("unknown key") :]
+                issue.message = (
+                    "unknown key: neither a core setting nor an enabled plugin's section"
+                    + (issue.message[len("unknown key") :])
                 )
         issues += core_issues
     if config is not None:
@@ -462,7 +478,11 @@ def missing_files(config: RunConfig) -> list[ConfigIssue]:
     issues = []
     for key, value in named:
         if value and not config.path(value).exists():
-            issues.append(ConfigIssue(path=key, message=f"no such file: {config.path(value)} (read relative to the config's folder)"))
+            issues.append(
+                ConfigIssue(
+                    path=key, message=f"no such file: {config.path(value)} (read relative to the config's folder)"
+                )
+            )
     return issues
 
 
@@ -492,5 +512,7 @@ def _check_envs(config: RunConfig, manager: PluginManager) -> list[ConfigIssue]:
     default_env = config.data.default_env
     if default_env is not None and default_env not in config.environments():
         known = ", ".join(config.environments()) or "none"
-        issues.append(ConfigIssue(path="data.default_env", message=f"unknown environment {default_env!r}; known: {known}"))
+        issues.append(
+            ConfigIssue(path="data.default_env", message=f"unknown environment {default_env!r}; known: {known}")
+        )
     return issues

@@ -140,7 +140,9 @@ def _smoke(report: CheckReport, manager: PluginManager, name: str) -> None:
     examples = runtime.examples.get(name) or _synthesized(tools)
     try:
         if not examples:
-            report.add("smoke rollout", True, "nothing to run: the plugin provides no tools and no examples", warning=True)
+            report.add(
+                "smoke rollout", True, "nothing to run: the plugin provides no tools and no examples", warning=True
+            )
             return
         asyncio.run(_run_examples(report, runtime, name, examples, synthesized=not runtime.examples.get(name)))
     finally:
@@ -162,7 +164,12 @@ def _synthesized(tools: dict[str, Tool]) -> list[Example]:
     for tool in tools.values():
         args = {k: _sample_value(v) for k, v in tool.parameters.get("properties", {}).items()}
         call = json.dumps({"name": tool.name, "arguments": args})
-        examples.append(Example(row={"id": f"smoke-{tool.name}", "prompt": f"Use {tool.name}."}, script=[f"<tool_call>{call}</tool_call>", "done"]))
+        examples.append(
+            Example(
+                row={"id": f"smoke-{tool.name}", "prompt": f"Use {tool.name}."},
+                script=[f"<tool_call>{call}</tool_call>", "done"],
+            )
+        )
     return examples
 
 
@@ -176,7 +183,9 @@ def _sample_value(schema: dict[str, Any]) -> Any:
     return {"string": "test", "integer": 1, "number": 1.0, "boolean": True, "array": [], "object": {}}.get(kind, "test")
 
 
-async def _run_examples(report: CheckReport, runtime: Any, name: str, examples: list[Example], synthesized: bool) -> None:
+async def _run_examples(
+    report: CheckReport, runtime: Any, name: str, examples: list[Example], synthesized: bool
+) -> None:
     from rlfcore.chat import ByteChatTokenizer
     from rlfcore.data import normalize_row
     from rlfcore.engines.scripted import ScriptedEngine
@@ -206,7 +215,12 @@ async def _run_examples(report: CheckReport, runtime: Any, name: str, examples: 
             continue
         if traj.tool_errors:
             msg = f"{detail}; tool errors: {errors[:2]}"
-            report.add(label, synthesized, msg + (" (arguments were made up from the schema)" if synthesized else ""), warning=True)
+            report.add(
+                label,
+                synthesized,
+                msg + (" (arguments were made up from the schema)" if synthesized else ""),
+                warning=True,
+            )
             continue
         if ex.expected_reward is not None and abs(traj.reward - ex.expected_reward) > 1e-6:
             report.add(label, False, f"{detail}; expected reward {ex.expected_reward:g}")

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from rlfcore.surrogates import first_lone
 from rlfcore.types import Message
@@ -108,7 +109,10 @@ def _jsonl(path: Path) -> Iterable[tuple[str, Any]]:
             except (json.JSONDecodeError, RecursionError) as exc:
                 why = f"{exc.msg} (column {exc.colno})" if isinstance(exc, json.JSONDecodeError) else "nested too deep"
                 raise DataError(f"{path}:{n}: not valid JSON: {why}") from None
-            if _ESCAPED_SURROGATE.search(line) and (at := first_lone(json.dumps(value, ensure_ascii=False))) is not None:
+            if (
+                _ESCAPED_SURROGATE.search(line)
+                and (at := first_lone(json.dumps(value, ensure_ascii=False))) is not None
+            ):
                 code = ord(json.dumps(value, ensure_ascii=False)[at])
                 raise DataError(
                     f"{path}:{n}: holds a lone surrogate (U+{code:04X}): a \\u escape that is not a character; "

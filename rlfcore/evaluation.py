@@ -10,8 +10,9 @@ import asyncio
 import statistics
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any, Callable
+from typing import IO, Any
 
 from rlfcore.chat import ChatTokenizer
 from rlfcore.chatloop import chat_rollout

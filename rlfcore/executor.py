@@ -27,8 +27,9 @@ import math
 import time
 import traceback
 from collections import Counter, OrderedDict, deque
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Coroutine, Mapping
+from typing import Any
 
 import jsonschema
 
@@ -208,7 +209,9 @@ class ToolExecutor:
                 raised = exc.__cause__ if isinstance(exc, (_OwnTimeout, _Raised)) and exc.__cause__ else exc
                 log.debug("tool %r raised", tool.name, exc_info=raised)
                 trace = "".join(traceback.format_exception(type(raised), raised, raised.__traceback__))
-                return _Outcome(f"Error: tool {tool.name!r} failed: {type(raised).__name__}: {raised}", "exception", trace)
+                return _Outcome(
+                    f"Error: tool {tool.name!r} failed: {type(raised).__name__}: {raised}", "exception", trace
+                )
             return _Outcome(_render(value))
         raise AssertionError("unreachable: the last attempt always returns")
 

@@ -16,7 +16,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import inspect
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
@@ -68,7 +69,10 @@ def bind(manager: PluginManager, plugin: str, kwargs: dict[str, Any]) -> dict[st
     if isinstance(ctx, SetupContext):
         if ctx.plugin == plugin and ctx.settings is not None:
             return kwargs
-        return {**kwargs, "ctx": dataclasses.replace(ctx, plugin=plugin, settings=_settings(manager, plugin, ctx.config))}
+        return {
+            **kwargs,
+            "ctx": dataclasses.replace(ctx, plugin=plugin, settings=_settings(manager, plugin, ctx.config)),
+        }
     runtime = getattr(ctx, "runtime", None)
     if ctx is not None and runtime is not None:
         own = runtime.config.settings(plugin)

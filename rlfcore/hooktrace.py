@@ -11,7 +11,8 @@ import inspect
 import sys
 import threading
 import time
-from typing import Any, Callable, Mapping, Sequence, TextIO
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TextIO
 
 import pluggy
 
@@ -46,7 +47,9 @@ def trace_hook_calls(pm: pluggy.PluginManager, stream: TextIO | None = None) -> 
     def before(hook: str, impls: Sequence[pluggy.HookImpl], kwargs: Mapping[str, Any]) -> None:
         local.__dict__.setdefault("starts", []).append(time.perf_counter())
 
-    def after(outcome: pluggy.Result[Any], hook: str, impls: Sequence[pluggy.HookImpl], kwargs: Mapping[str, Any]) -> None:
+    def after(
+        outcome: pluggy.Result[Any], hook: str, impls: Sequence[pluggy.HookImpl], kwargs: Mapping[str, Any]
+    ) -> None:
         t0 = local.starts.pop()
         if outcome.exception is None and inspect.isawaitable(outcome.get_result()):
             outcome.force_result(finish(outcome.get_result(), hook, impls, t0))

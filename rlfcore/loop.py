@@ -17,8 +17,9 @@ from __future__ import annotations
 import asyncio
 import time
 import zlib
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 from rlfcore.chat import ChatTokenizer, reads_reasoning
 from rlfcore.context import TurnContext
@@ -87,9 +88,7 @@ class Trajectory:
 class Rollout:
     """Runs trajectories of dataset rows through an engine, with the run's plugins."""
 
-    def __init__(
-        self, runtime: Runtime, engine: Engine, tokenizer: ChatTokenizer, tokens: RolloutTokens | None = None
-    ):
+    def __init__(self, runtime: Runtime, engine: Engine, tokenizer: ChatTokenizer, tokens: RolloutTokens | None = None):
         self.runtime = runtime
         self.engine = engine
         self.tok = tokenizer
@@ -155,7 +154,9 @@ class Rollout:
         traj.prompt_ids = self.seq.prompt_ids(traj.messages, schemas)
         if len(traj.prompt_ids) >= self.cfg.max_total_tokens:
             traj.stop_reason, traj.truncated = "max_total_tokens", True
-            traj.error = f"prompt has {len(traj.prompt_ids)} tokens, rollout.max_total_tokens is {self.cfg.max_total_tokens}"
+            traj.error = (
+                f"prompt has {len(traj.prompt_ids)} tokens, rollout.max_total_tokens is {self.cfg.max_total_tokens}"
+            )
             return False
         eos = set(self.tok.eos_token_ids)
         ctx = TurnContext(
@@ -227,7 +228,9 @@ class Rollout:
                     traj.prompt_ids + traj.response_ids, traj.messages, traj.messages + observation, schemas
                 )
             if drop > len(gen.token_ids):
-                raise RuntimeError(f"the token builder dropped {drop} tokens, more than the {len(gen.token_ids)} just generated")
+                raise RuntimeError(
+                    f"the token builder dropped {drop} tokens, more than the {len(gen.token_ids)} just generated"
+                )
             kept = len(traj.response_ids) - drop
             if kept + len(obs_ids) > self.cfg.max_response_tokens:
                 traj.stop_reason, traj.truncated = "max_response_tokens", True
@@ -237,7 +240,10 @@ class Rollout:
                 return continued
             if raw is not None:
                 inline = (inline or "") + text + raw
-                traj.messages[-1] = {"role": "assistant", "content": inline}  # the model wrote plain text, no call record
+                traj.messages[-1] = {
+                    "role": "assistant",
+                    "content": inline,
+                }  # the model wrote plain text, no call record
                 continued = True
             else:
                 traj.messages.extend(observation)
@@ -262,7 +268,9 @@ class Rollout:
                 traj.tool_errors += 1
                 traj.tool_error_kinds[r.error] = traj.tool_error_kinds.get(r.error, 0) + 1
             if r.traceback:
-                traj.tool_tracebacks.append({"turn": ctx.turn, "call_id": r.call_id, "tool": r.name, "traceback": r.traceback})
+                traj.tool_tracebacks.append(
+                    {"turn": ctx.turn, "call_id": r.call_id, "tool": r.name, "traceback": r.traceback}
+                )
         return results
 
     def check_template(self, traj: Trajectory) -> str | None:
@@ -281,7 +289,9 @@ class Rollout:
         if where is None and len(full) < len(seq):
             where = f"a full rendering ends at token {len(full)}, the rollout at {len(seq)}"
         if where is not None and differs_in_reasoning_only(self.tok.decode(seq), self.tok.decode(full)):
-            return f"{REASONING_DROPPED} (the template leaves earlier <think> blocks out; the rollout keeps them): {where}"
+            return (
+                f"{REASONING_DROPPED} (the template leaves earlier <think> blocks out; the rollout keeps them): {where}"
+            )
         return where
 
 

@@ -89,7 +89,9 @@ def _check_not_core(name: str, what: str, fix: str) -> None:
     from rlfcore.config import RunConfig
 
     if name in RunConfig.model_fields:
-        raise PluginError(f"{what} is named '{name}', like the core section `{name}:` of the config; {fix}", plugin=name)
+        raise PluginError(
+            f"{what} is named '{name}', like the core section `{name}:` of the config; {fix}", plugin=name
+        )
 
 
 def _suggest(name: str, candidates: list[str] | tuple[str, ...]) -> str:
@@ -157,7 +159,9 @@ class PluginManager:
                 f"local plugin {spec!r} is named '{name}', which is already taken by {self.infos[name].target}",
                 plugin=name,
             )
-        _check_not_core(name, f"local plugin {spec!r}", "rename the file" if spec.endswith(".py") else "name it with module:attr")
+        _check_not_core(
+            name, f"local plugin {spec!r}", "rename the file" if spec.endswith(".py") else "name it with module:attr"
+        )
         self._add(PluginInfo(name=name, source="local", target=target, enabled=True))
         return name
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from typing import TYPE_CHECKING, Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:  # imported on first use: every rlf command builds a runtime, few score in processes
     from concurrent.futures import ProcessPoolExecutor

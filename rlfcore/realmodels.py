@@ -199,7 +199,10 @@ def _qwen3_files(chat_template: str) -> dict[str, bytes]:
     qtc = _archive("qtc")
     config = json.loads(_member(qtc, _QTC + "tokenizer_config.json"))
     config["chat_template"] = chat_template
-    return {"tokenizer.json": _member(qtc, _QTC + "tokenizer.json"), "tokenizer_config.json": (_dump(config) + "\n").encode()}
+    return {
+        "tokenizer.json": _member(qtc, _QTC + "tokenizer.json"),
+        "tokenizer_config.json": (_dump(config) + "\n").encode(),
+    }
 
 
 def _qwen25_files(chat_template: str) -> dict[str, bytes]:
@@ -207,7 +210,9 @@ def _qwen25_files(chat_template: str) -> dict[str, bytes]:
     tok = json.loads(_member(qtc, _QTC + "tokenizer.json"))
     tok["added_tokens"] = [a for a in tok["added_tokens"] if a["id"] < _QWEN3_ONLY_IDS]
     config = json.loads(_member(qtc, _QTC + "tokenizer_config.json"))
-    config["added_tokens_decoder"] = {k: v for k, v in config["added_tokens_decoder"].items() if int(k) < _QWEN3_ONLY_IDS}
+    config["added_tokens_decoder"] = {
+        k: v for k, v in config["added_tokens_decoder"].items() if int(k) < _QWEN3_ONLY_IDS
+    }
     config["chat_template"] = chat_template
     return {"tokenizer.json": _dump(tok).encode(), "tokenizer_config.json": _dump(config).encode()}
 
@@ -297,7 +302,9 @@ class RealModels:
         family = FAMILIES[name]
         first = next(f.name for f in FAMILIES.values() if f.vocabulary == family.vocabulary)
         if family.vocabulary not in self._vocabularies:
-            self._vocabularies[family.vocabulary] = AutoTokenizer.from_pretrained(str(self.path(first)), local_files_only=True)
+            self._vocabularies[family.vocabulary] = AutoTokenizer.from_pretrained(
+                str(self.path(first)), local_files_only=True
+            )
         tok = copy.copy(self._vocabularies[family.vocabulary])
         tok.chat_template = template(family.template)
         tok.name_or_path = str(self.path(name))

@@ -11,7 +11,8 @@ import asyncio
 import numbers
 import traceback
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from rlfcore.context import ScoreContext
 from rlfcore.hookcall import call_all
@@ -109,11 +110,25 @@ class RewardPipeline:
         env = group[0].env
         samples = [to_sample(t) for t in group]
         ctx = ScoreContext(
-            env=env, settings=self.runtime.settings(env), config=self.runtime.config, group=samples, runtime=self.runtime,
+            env=env,
+            settings=self.runtime.settings(env),
+            config=self.runtime.config,
+            group=samples,
+            runtime=self.runtime,
             judge_endpoints=list(self.runtime.judge_endpoints),
         )
         await asyncio.gather(*(self._score_one(t, s, ctx) for t, s in zip(group, samples)))
-        judged = await self._guard(call_all(self.runtime.plugins, "judge", self.runtime.plugins.impls("judge"), check=_checker("judge"), samples=samples, ctx=ctx), "judge")
+        judged = await self._guard(
+            call_all(
+                self.runtime.plugins,
+                "judge",
+                self.runtime.plugins.impls("judge"),
+                check=_checker("judge"),
+                samples=samples,
+                ctx=ctx,
+            ),
+            "judge",
+        )
         if isinstance(judged, _Failure):
             for t in group:
                 t.reward_error = t.reward_error or str(judged)
@@ -136,7 +151,8 @@ class RewardPipeline:
             traj.reward_error = f"rollout failed: {traj.error}"
             return
         verification = await self._guard(
-            self.runtime.call_first("verify_tool", traj.env, check=_checker("verify_tool"), sample=sample, ctx=ctx), "verify_tool"
+            self.runtime.call_first("verify_tool", traj.env, check=_checker("verify_tool"), sample=sample, ctx=ctx),
+            "verify_tool",
         )
         if isinstance(verification, _Failure):
             traj.reward_error, traj.reward_traceback = str(verification), verification.traceback
@@ -145,7 +161,12 @@ class RewardPipeline:
             traj.reward_components["verified"] = float(verification.passed)
         score = await self._guard(
             self.runtime.call_first(
-                "compute_score", traj.env, check=_checker("compute_score"), sample=sample, verification=verification, ctx=ctx
+                "compute_score",
+                traj.env,
+                check=_checker("compute_score"),
+                sample=sample,
+                verification=verification,
+                ctx=ctx,
             ),
             "compute_score",
         )

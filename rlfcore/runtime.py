@@ -6,11 +6,10 @@ all reach plugins through it, so routing (which plugins a sample's hooks run on)
 
 from __future__ import annotations
 
-from functools import cached_property
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping
-
 import logging
+from collections.abc import Callable, Mapping
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 
@@ -21,8 +20,8 @@ from rlfcore.types import Example, Tool, ToolCallParser
 
 if TYPE_CHECKING:
     from rlfcore.chat import ChatTokenizer
-    from rlfcore.engines.base import Engine
     from rlfcore.config import RunConfig
+    from rlfcore.engines.base import Engine
     from rlfcore.executor import ToolExecutor
     from rlfcore.plugins import PluginManager
 
@@ -77,7 +76,9 @@ class Runtime:
         for impl in self.plugins.impls("register_engines"):
             self.engines.update(await call_impl(self.plugins, "register_engines", impl, ctx=ctx) or {})
         for impl in self.plugins.impls("register_examples"):
-            self.examples[impl.plugin_name] = list(await call_impl(self.plugins, "register_examples", impl, ctx=ctx) or [])
+            self.examples[impl.plugin_name] = list(
+                await call_impl(self.plugins, "register_examples", impl, ctx=ctx) or []
+            )
         self._ready = True
 
     async def aclose(self) -> None:
@@ -187,7 +188,11 @@ def model_source(config: RunConfig) -> str:
         return str(path)
     if _in_hub_cache(source):
         return source
-    hint = "; model.init describes one: build it with `rlf init-model CONFIG` (or `rlf train`)" if config.model.init else ""
+    hint = (
+        "; model.init describes one: build it with `rlf init-model CONFIG` (or `rlf train`)"
+        if config.model.init
+        else ""
+    )
     message = (
         f"no folder {path} ({source!r}, read relative to the config's folder), "
         f"nor a model in the local Hugging Face cache; rlf does not download{hint}"

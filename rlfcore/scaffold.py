@@ -7,7 +7,7 @@ from pathlib import Path
 
 _NAME = re.compile(r"^[a-z][a-z0-9]*(?:[-_][a-z0-9]+)*$")
 
-PYPROJECT = '''\
+PYPROJECT = """\
 [build-system]
 requires = ["setuptools>=69"]
 build-backend = "setuptools.build_meta"
@@ -25,7 +25,7 @@ dependencies = ["rlfcore"]
 
 [tool.setuptools.packages.find]
 include = ["{package}*"]
-'''
+"""
 
 PLUGIN = '''\
 """rlf plugin {name}: one tool the model can call and the reward for its answers.
@@ -106,7 +106,7 @@ def test_greeting_earns_the_reward():
     assert result.reward == 1.0
 '''
 
-README = '''\
+README = """\
 # rlf-{name}
 
 An [rlf](https://pypi.org/project/rlfcore/) plugin: a `greet` tool and a reward for greeting by name.
@@ -125,7 +125,7 @@ plugins: [{name}]
 {name}:
   greeting: Hello
 ```
-'''
+"""
 
 
 def write_plugin(name: str, directory: Path | None = None) -> Path:

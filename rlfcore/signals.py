@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any
 
 HANDLED = (signal.SIGINT, signal.SIGTERM)
 

@@ -8,9 +8,10 @@ No model is involved: :class:`~rlfcore.chat.ByteChatTokenizer` renders the Qwen3
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 
 from rlfcore.chat import ByteChatTokenizer
 from rlfcore.config import RunConfig, load_config
@@ -54,7 +55,9 @@ def registered(manager: PluginManager, obj: object, name: str) -> Iterator[Plugi
 
 
 def make_runtime(
-    config: Mapping[str, Any] | str | Path, plugins: Mapping[str, object] | None = None, overrides: list[str] | None = None
+    config: Mapping[str, Any] | str | Path,
+    plugins: Mapping[str, object] | None = None,
+    overrides: list[str] | None = None,
 ) -> Runtime:
     """Validate ``config`` (a dict or a YAML path) with ``plugins`` registered, and set the runtime up.
 
@@ -81,7 +84,9 @@ def rollout(
     return asyncio.run(_rollout(runtime, rows, script, score))
 
 
-async def _rollout(runtime: Runtime, rows: Sequence[Mapping[str, Any]], script: Policy, score: bool) -> list[Trajectory]:
+async def _rollout(
+    runtime: Runtime, rows: Sequence[Mapping[str, Any]], script: Policy, score: bool
+) -> list[Trajectory]:
     tokenizer = ByteChatTokenizer()
     loop = Rollout(runtime, ScriptedEngine(tokenizer, script), tokenizer)
     async with runtime:

@@ -160,13 +160,17 @@ def copy_tokenizer(tokenizer_dir: str | Path, out_dir: str | Path) -> PreTrained
         raise FileNotFoundError(f"tokenizer folder {src} does not exist")
     files = [src / f for f in TOKENIZER_FILES if (src / f).is_file()]
     if not any(f.name in ("tokenizer.json", "tokenizer_config.json") for f in files):
-        raise FileNotFoundError(f"{src} is not a tokenizer folder: it has neither tokenizer.json nor tokenizer_config.json")
+        raise FileNotFoundError(
+            f"{src} is not a tokenizer folder: it has neither tokenizer.json nor tokenizer_config.json"
+        )
     try:
         tok = AutoTokenizer.from_pretrained(str(src), local_files_only=True)
     except Exception as exc:  # transformers raises many kinds; the message says which folder
         raise ValueError(f"the tokenizer in {src} does not load: {exc}") from exc
     if not tok.chat_template:
-        raise ValueError(f"the tokenizer in {src} has no chat template (chat_template.jinja or tokenizer_config.json's)")
+        raise ValueError(
+            f"the tokenizer in {src} has no chat template (chat_template.jinja or tokenizer_config.json's)"
+        )
     out.mkdir(parents=True, exist_ok=True)
     for f in files:
         shutil.copyfile(f, out / f.name)

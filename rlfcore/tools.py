@@ -10,7 +10,8 @@ from __future__ import annotations
 import inspect
 import json
 import re
-from typing import Any, Callable, overload
+from collections.abc import Callable
+from typing import Any, overload
 
 from pydantic import TypeAdapter, validate_call
 
@@ -24,13 +25,25 @@ _NAMED_SCHEMAS = ("properties", "patternProperties", "$defs", "definitions")
 
 
 @overload
-def tool(fn: Callable[..., Any], *, name: str | None = None, description: str | None = None,
-         timeout_s: float | None = None, max_concurrency: int | None = None) -> Tool: ...
+def tool(
+    fn: Callable[..., Any],
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    timeout_s: float | None = None,
+    max_concurrency: int | None = None,
+) -> Tool: ...
 
 
 @overload
-def tool(fn: None = None, *, name: str | None = None, description: str | None = None,
-         timeout_s: float | None = None, max_concurrency: int | None = None) -> Callable[[Callable[..., Any]], Tool]: ...
+def tool(
+    fn: None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    timeout_s: float | None = None,
+    max_concurrency: int | None = None,
+) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
 def tool(
@@ -154,7 +167,9 @@ def tool_from_qwen_agent(obj: Any, *, timeout_s: float | None = None, max_concur
     if isinstance(params, list):
         params = _schema_from_param_list(params, tool_name)
     elif not isinstance(params, dict):
-        raise TypeError(f"qwen-agent tool {tool_name!r}: parameters must be a dict or a list, got {type(params).__name__}")
+        raise TypeError(
+            f"qwen-agent tool {tool_name!r}: parameters must be a dict or a list, got {type(params).__name__}"
+        )
 
     def invoke(**arguments: Any) -> Any:
         return _qwen_output(call(json.dumps(arguments, ensure_ascii=False)))

@@ -79,7 +79,11 @@ class WandB:
         import wandb
 
         self.run = wandb.init(
-            project=project, name=run_path.name, dir=str(run_path), config=config, id=run_id,
+            project=project,
+            name=run_path.name,
+            dir=str(run_path),
+            config=config,
+            id=run_id,
             resume="allow" if run_id else None,
         )
         self.id = self.run.id
@@ -168,13 +172,20 @@ class Trackers:
 
     def log(self, metrics: dict[str, Any], step: int, prefix: str = "") -> None:
         """The numbers of ``metrics`` at ``step``; a tracker that raises is dropped with a warning."""
-        numbers = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "step"}
+        numbers = {
+            k: float(v)
+            for k, v in metrics.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "step"
+        }
         for name, tracker in list(self.trackers.items()):
             try:
                 tracker.log(numbers, step, prefix)
             except Exception as exc:  # a tracker's outage must not stop training; metrics.jsonl has it all
-                print(f"warning: tracker {name} failed and is dropped for this run ({type(exc).__name__}: {exc}); "
-                      "metrics.jsonl keeps every step", file=sys.stderr)
+                print(
+                    f"warning: tracker {name} failed and is dropped for this run ({type(exc).__name__}: {exc}); "
+                    "metrics.jsonl keeps every step",
+                    file=sys.stderr,
+                )
                 del self.trackers[name]
 
     def close(self) -> None:
@@ -183,7 +194,9 @@ class Trackers:
             try:
                 tracker.close()
             except Exception as exc:  # closing runs in a ``finally``: it must not hide the run's own error
-                print(f"warning: tracker {name} failed to finish its run ({type(exc).__name__}: {exc})", file=sys.stderr)
+                print(
+                    f"warning: tracker {name} failed to finish its run ({type(exc).__name__}: {exc})", file=sys.stderr
+                )
         self.trackers = {}
 
 

@@ -7,8 +7,9 @@ tokens, masks and batching. Every class here is cheap to build and has no heavy 
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 Message = dict[str, Any]
 """One chat message in OpenAI format: ``{"role": ..., "content": ..., "tool_calls"?: [...]}``."""
@@ -64,9 +65,7 @@ class Tool:
 
     @property
     def is_async(self) -> bool:
-        return inspect.iscoroutinefunction(self.fn) or inspect.iscoroutinefunction(
-            getattr(self.fn, "__call__", None)
-        )
+        return inspect.iscoroutinefunction(self.fn) or inspect.iscoroutinefunction(type(self.fn).__call__)
 
     def schema(self) -> dict[str, Any]:
         """The OpenAI function-calling schema that chat templates render."""
@@ -130,4 +129,3 @@ class Example:
     row: dict[str, Any]
     script: list[str]
     expected_reward: float | None = None
-

@@ -45,7 +45,16 @@ def main() -> int:
 
     rs = _tests_module()
     models = RealModels()
-    header = ("case", "trajectories", "with tool calls", "tool calls", "tool-turn mismatches", "reasoning dropped", "other", "verl differs")
+    header = (
+        "case",
+        "trajectories",
+        "with tool calls",
+        "tool calls",
+        "tool-turn mismatches",
+        "reasoning dropped",
+        "other",
+        "verl differs",
+    )
     rows = []
     bad = 0
     runs = [(name, case, None) for name, case in rs.CASES.items()]

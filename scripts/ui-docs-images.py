@@ -18,9 +18,15 @@ DOCS_IMG = Path(__file__).resolve().parents[1] / "docs" / "img"
 MAX_HEIGHT = 1500
 LIMIT_BYTES = 150_000
 NAMES = {
-    "runs.png": "ui-runs.png", "compare.png": "ui-compare.png", "run-live.png": "ui-run-live.png",
-    "trajectories.png": "ui-trajectories.png", "side-by-side.png": "ui-side-by-side.png", "tokens.png": "ui-tokens.png",
-    "tools.png": "ui-tools.png", "data.png": "ui-data.png", "calculator-live.png": "ui-calculator-live.png",
+    "runs.png": "ui-runs.png",
+    "compare.png": "ui-compare.png",
+    "run-live.png": "ui-run-live.png",
+    "trajectories.png": "ui-trajectories.png",
+    "side-by-side.png": "ui-side-by-side.png",
+    "tokens.png": "ui-tokens.png",
+    "tools.png": "ui-tools.png",
+    "data.png": "ui-data.png",
+    "calculator-live.png": "ui-calculator-live.png",
     "calculator-finished.png": "ui-calculator.png",
 }
 
@@ -38,7 +44,10 @@ def shrink(src: Path, dst: Path) -> int:
 def main(shots: Path) -> int:
     missing = [name for name in NAMES if not (shots / name).is_file()]
     if missing:
-        print(f"{shots} lacks {', '.join(missing)}: run the browser tests with RLF_UI_SCREENSHOTS={shots}", file=sys.stderr)
+        print(
+            f"{shots} lacks {', '.join(missing)}: run the browser tests with RLF_UI_SCREENSHOTS={shots}",
+            file=sys.stderr,
+        )
         return 1
     DOCS_IMG.mkdir(parents=True, exist_ok=True)
     too_big = []

@@ -45,8 +45,11 @@ class ChatServer(LoopbackServer):
             return {"role": "assistant", "content": "I do not know."}
         arguments = {"expression": question.group(1).replace(" ", "")}
         if body.get("tools"):
-            call = {"id": f"call_{len(self.requests)}", "type": "function",
-                    "function": {"name": "calculate", "arguments": json.dumps(arguments)}}
+            call = {
+                "id": f"call_{len(self.requests)}",
+                "type": "function",
+                "function": {"name": "calculate", "arguments": json.dumps(arguments)},
+            }
             return {"role": "assistant", "content": None, "tool_calls": [call]}
         text = json.dumps({"name": "calculate", "arguments": arguments})
         return {"role": "assistant", "content": f"<tool_call>\n{text}\n</tool_call>"}
@@ -58,7 +61,9 @@ class ChatServer(LoopbackServer):
             "object": "chat.completion",
             "created": int(time.time()),
             "model": body.get("model", "stand-in"),
-            "choices": [{"index": 0, "message": message, "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"}],
+            "choices": [
+                {"index": 0, "message": message, "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"}
+            ],
             "usage": {"prompt_tokens": 20, "completion_tokens": 7, "total_tokens": 27},
         }
 
@@ -70,7 +75,7 @@ def _handler(server: ChatServer) -> type[BaseHTTPRequestHandler]:
         def log_message(self, *args: Any) -> None:
             pass
 
-        def do_POST(self) -> None:  # noqa: N802 (the stdlib's name)
+        def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))))
             with server._lock:
                 server.requests.append(body)

@@ -8,7 +8,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -25,7 +24,18 @@ def run_rlf(*args: str, site: Path | None = None, env: dict[str, str] | None = N
 def install(dist: Path, site: Path) -> Path:
     """``pip install`` a plugin distribution into its own folder, as a user would (without touching the venv)."""
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation", "--target", str(site), str(dist)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--target",
+            str(site),
+            str(dist),
+        ],
         check=True,
         capture_output=True,
         timeout=300,

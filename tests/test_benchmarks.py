@@ -15,10 +15,26 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_loop_scheduling_runs_small_and_writes_its_figures(tmp_path):
     out = tmp_path / "loop.json"
-    args = ["--trajectories", "8", "--turns", "2", "--calls", "3", "--gen-latency", "0.01", "--seed", "3", "--out", str(out)]
+    args = [
+        "--trajectories",
+        "8",
+        "--turns",
+        "2",
+        "--calls",
+        "3",
+        "--gen-latency",
+        "0.01",
+        "--seed",
+        "3",
+        "--out",
+        str(out),
+    ]
     proc = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "loop_scheduling.py"), *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=240,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
     assert proc.returncode == 0, proc.stderr
     assert "rlf loop" in proc.stdout and "batch-synchronous" in proc.stdout and "ideal bound" in proc.stdout
@@ -51,7 +67,10 @@ def test_loop_scheduling_runs_small_and_writes_its_figures(tmp_path):
 def test_loop_scheduling_rejects_sizes_it_cannot_run():
     proc = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "loop_scheduling.py"), "--turns", "1"],
-        cwd=ROOT, capture_output=True, text=True, timeout=30,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
     )
     assert proc.returncode == 2 and "--turns >= 2" in proc.stderr
 
@@ -59,10 +78,24 @@ def test_loop_scheduling_rejects_sizes_it_cannot_run():
 def test_trl_comparison_runs_both_trainers_for_a_few_steps(tmp_path):
     pytest.importorskip("trl", reason="TRL is not installed (pip install -r benchmarks/requirements-trl.txt)")
     out = tmp_path / "trl.json"
-    args = ["--sft-steps", "20", "--max-steps", "2", "--threads", "1", "--work-dir", str(tmp_path / "work"), "--out", str(out)]
+    args = [
+        "--sft-steps",
+        "20",
+        "--max-steps",
+        "2",
+        "--threads",
+        "1",
+        "--work-dir",
+        str(tmp_path / "work"),
+        "--out",
+        str(out),
+    ]
     proc = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "trl_comparison.py"), *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "rlf LocalTrainer" in proc.stdout and "TRL GRPOTrainer" in proc.stdout

@@ -10,6 +10,7 @@ import json
 import shutil
 
 import pytest
+
 from conftest import ROOT, run_rlf
 
 EXAMPLE = ROOT / "examples" / "calculator"
@@ -20,10 +21,20 @@ def test_calculator_example_runs_end_to_end(tmp_path):
     for name in ("run.yaml", "questions.jsonl", "demos.jsonl", "eval.jsonl"):
         shutil.copy(EXAMPLE / name, tmp_path / name)
     out = run_rlf(
-        "train", str(tmp_path / "run.yaml"), "--run-dir", str(tmp_path / "run"),
-        "sft.steps=20", "sft.batch_size=8", "trainer.steps=2", "trainer.prompts_per_step=2", "rollout.n=4",
-        "model.init.hidden_size=32", "model.init.num_layers=1", "model.init.intermediate_size=64",
-        "trainer.loggers=[tensorboard]", cwd=tmp_path,
+        "train",
+        str(tmp_path / "run.yaml"),
+        "--run-dir",
+        str(tmp_path / "run"),
+        "sft.steps=20",
+        "sft.batch_size=8",
+        "trainer.steps=2",
+        "trainer.prompts_per_step=2",
+        "rollout.n=4",
+        "model.init.hidden_size=32",
+        "model.init.num_layers=1",
+        "model.init.intermediate_size=64",
+        "trainer.loggers=[tensorboard]",
+        cwd=tmp_path,
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     run = tmp_path / "run"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 import yaml
-from conftest import run_rlf
 from pydantic import BaseModel
 
+from conftest import run_rlf
 from rlfcore import hookimpl
 from rlfcore.config import ConfigError, load_config
 from rlfcore.testing import make_manager

@@ -14,8 +14,9 @@ import json
 import re
 import types
 import typing
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import click
 import pytest
@@ -90,7 +91,9 @@ def documented_def(name: str, body: str) -> str:
     """The ``def NAME(...)...:`` statement of the section's first python block (it may span lines)."""
     blocks = _code_blocks(body, "python")
     assert blocks, f"docs/hooks.md: section '{name}' has no ```python block with its signature"
-    match = re.search(rf"^[ \t]*(?:async[ \t]+)?def[ \t]+{name}[ \t]*\(.*?\)[^:\n]*:", blocks[0], re.MULTILINE | re.DOTALL)
+    match = re.search(
+        rf"^[ \t]*(?:async[ \t]+)?def[ \t]+{name}[ \t]*\(.*?\)[^:\n]*:", blocks[0], re.MULTILINE | re.DOTALL
+    )
     assert match, f"docs/hooks.md: the first python block of section '{name}' has no `def {name}(...):` line"
     return match.group(0).strip()
 

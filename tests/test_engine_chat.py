@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from chat_server import ChatServer
+
 from conftest import ROOT, run_rlf
 
 CALCULATOR = ROOT / "examples" / "calculator" / "run.yaml"
@@ -23,8 +24,17 @@ def test_eval_on_a_chat_api_with_tools_in_the_api_field(tmp_path):
     out_path = tmp_path / "out.jsonl"
     with ChatServer() as server:
         out = run_rlf(
-            "eval", str(CALCULATOR), "--greedy", "--limit", "3", "--out", str(out_path),
-            "engine.name=openai-chat", f"engine.base_url={server.base_url}", "engine.model=stand-in", cwd=ROOT,
+            "eval",
+            str(CALCULATOR),
+            "--greedy",
+            "--limit",
+            "3",
+            "--out",
+            str(out_path),
+            "engine.name=openai-chat",
+            f"engine.base_url={server.base_url}",
+            "engine.model=stand-in",
+            cwd=ROOT,
         )
         requests = list(server.requests)
     assert out.returncode == 0, out.stdout + out.stderr
@@ -33,7 +43,9 @@ def test_eval_on_a_chat_api_with_tools_in_the_api_field(tmp_path):
     for r in records:
         assert r["reward"] == 1.0 and r["tool_calls"] == 1 and r["tool_errors"] == 0 and r["stop_reason"] == "answer"
         call = r["messages"][1]["tool_calls"][0]["function"]
-        assert call["name"] == "calculate" and isinstance(call["arguments"], dict)  # objects, as the token loop keeps them
+        assert call["name"] == "calculate" and isinstance(
+            call["arguments"], dict
+        )  # objects, as the token loop keeps them
         assert r["messages"][2]["role"] == "tool" and r["messages"][3]["content"] == r["ground_truth"]
         assert r["response_ids"] == [] and r["num_turns"] == 2
     assert len(requests) == 6
@@ -50,15 +62,27 @@ def test_eval_on_a_chat_api_with_tool_calls_as_text(tmp_path):
     out_path = tmp_path / "out.jsonl"
     with ChatServer() as server:
         out = run_rlf(
-            "eval", str(CALCULATOR), "--greedy", "--limit", "2", "--out", str(out_path),
-            "--engine", "openai-chat", f"engine.base_url={server.base_url}", "engine.chat_tools=text", cwd=ROOT,
+            "eval",
+            str(CALCULATOR),
+            "--greedy",
+            "--limit",
+            "2",
+            "--out",
+            str(out_path),
+            "--engine",
+            "openai-chat",
+            f"engine.base_url={server.base_url}",
+            "engine.chat_tools=text",
+            cwd=ROOT,
         )
         requests = list(server.requests)
     assert out.returncode == 0, out.stdout + out.stderr
     assert all(r["reward"] == 1.0 and r["tool_calls"] == 1 for r in _records(out_path))
     assert all("tools" not in body for body in requests)
     system = requests[0]["messages"][0]
-    assert system["role"] == "system" and '"name": "calculate"' in system["content"] and "<tool_call>" in system["content"]
+    assert (
+        system["role"] == "system" and '"name": "calculate"' in system["content"] and "<tool_call>" in system["content"]
+    )
     answer_turn = next(b for b in requests if len(b["messages"]) == 4)["messages"]
     assert answer_turn[2]["content"].startswith("<tool_call>") and "tool_calls" not in answer_turn[2]
     assert answer_turn[3]["role"] == "user" and answer_turn[3]["content"].startswith("<tool_response>\n")
@@ -79,8 +103,12 @@ def _project(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize(
     ("case", "cause"),
-    [("refused", "rollout ConnectError ×2"), ("404", "rollout HTTP 404 ×2"), ("401", "rollout HTTP 401 ×2"),
-     ("503", "rollout HTTP 503 ×2")],
+    [
+        ("refused", "rollout ConnectError ×2"),
+        ("404", "rollout HTTP 404 ×2"),
+        ("401", "rollout HTTP 401 ×2"),
+        ("503", "rollout HTTP 503 ×2"),
+    ],
 )
 def test_endpoint_errors_fail_each_sample_and_the_eval(tmp_path, case, cause):
     """No model folder anywhere: a chat engine needs no tokenizer. Each failure is counted by cause."""
@@ -96,7 +124,9 @@ def test_endpoint_errors_fail_each_sample_and_the_eval(tmp_path, case, cause):
 
 def test_training_refuses_a_chat_engine_saying_it_needs_token_ids(tmp_path):
     config = _project(tmp_path)
-    (tmp_path / "run.yaml").write_text("data: {train: data.jsonl}\nengine: {name: openai-chat, base_url: 'http://x/v1'}\n")
+    (tmp_path / "run.yaml").write_text(
+        "data: {train: data.jsonl}\nengine: {name: openai-chat, base_url: 'http://x/v1'}\n"
+    )
     out = run_rlf("train", str(config), "--run-dir", str(tmp_path / "run"), cwd=tmp_path)
     assert out.returncode == 2, out.stdout + out.stderr
     assert "engine.name: engine 'openai-chat' talks to a chat-completions API" in out.stderr
@@ -120,7 +150,11 @@ def test_api_calls_that_cannot_be_read_are_error_calls_and_odd_answers_are_engin
 
     class Filtered(ChatServer):
         def answer(self, body):
-            return {"choices": [{"index": 0, "message": {"role": "assistant", "content": ""}, "finish_reason": "content_filter"}]}
+            return {
+                "choices": [
+                    {"index": 0, "message": {"role": "assistant", "content": ""}, "finish_reason": "content_filter"}
+                ]
+            }
 
     async def ask(url: str) -> None:
         engine = ChatEngine(url, max_retries=0)
@@ -152,10 +186,19 @@ def register_tools(ctx):
 def test_a_raising_tool_shows_the_model_a_short_message_and_the_author_its_traceback(tmp_path):
     config = _project(tmp_path)
     (tmp_path / "calc.py").write_text(RAISING_TOOL)
-    (tmp_path / "run.yaml").write_text("local_plugins: [calc.py]\ndata: {eval: data.jsonl}\nengine: {name: openai-chat}\n")
+    (tmp_path / "run.yaml").write_text(
+        "local_plugins: [calc.py]\ndata: {eval: data.jsonl}\nengine: {name: openai-chat}\n"
+    )
     with ChatServer() as server:
-        out = run_rlf("--debug", "eval", str(config), "--out", str(tmp_path / "out.jsonl"), f"engine.base_url={server.base_url}",
-                      cwd=tmp_path)
+        out = run_rlf(
+            "--debug",
+            "eval",
+            str(config),
+            "--out",
+            str(tmp_path / "out.jsonl"),
+            f"engine.base_url={server.base_url}",
+            cwd=tmp_path,
+        )
         sent = [b["messages"][-1] for b in server.requests if b["messages"][-1]["role"] == "tool"]
     assert out.returncode == 0, out.stdout + out.stderr
     record = next(r for r in _records(tmp_path / "out.jsonl") if r["row_id"] == "q0")

@@ -14,12 +14,12 @@ import pytest
 
 pytest.importorskip("httpx")
 
-from openai_server import CompletionsServer  # noqa: E402
+from openai_server import CompletionsServer
 
-from rlfcore.chat import ByteChatTokenizer  # noqa: E402
-from rlfcore.config import EngineConfig  # noqa: E402
-from rlfcore.engines.base import SamplingParams  # noqa: E402
-from rlfcore.engines.openai import EngineError, OpenAIEngine, parse_choice  # noqa: E402
+from rlfcore.chat import ByteChatTokenizer
+from rlfcore.config import EngineConfig
+from rlfcore.engines.base import SamplingParams
+from rlfcore.engines.openai import EngineError, OpenAIEngine, parse_choice
 
 
 def engine_for(server: CompletionsServer, **kwargs) -> OpenAIEngine:
@@ -37,7 +37,13 @@ async def test_ids_logprobs_and_request_body():
     assert gen.logprobs == [-0.01, -0.02, -0.03, -0.04, -0.05]
     body = server.requests[0]
     assert body["prompt"] == [1, 2, 10] and body["model"] == "tiny"
-    assert (body["max_tokens"], body["temperature"], body["top_p"], body["top_k"], body["seed"]) == (5, 0.6, 0.95, 20, 7)
+    assert (body["max_tokens"], body["temperature"], body["top_p"], body["top_k"], body["seed"]) == (
+        5,
+        0.6,
+        0.95,
+        20,
+        7,
+    )
     assert body["stop_token_ids"] == [290] and body["logprobs"] == 1
     assert body["return_tokens_as_token_ids"] is True and body["skip_special_tokens"] is False
     assert server.headers[0]["Authorization"] == "Bearer sk-test"
@@ -198,6 +204,11 @@ async def test_stop_strings_are_sent_and_a_stop_string_stop_appends_nothing():
     assert server.requests[0]["stop"] == ["</search>"] and server.requests[0]["include_stop_str_in_output"] is True
     params = SamplingParams(max_tokens=10, stop_token_ids=[299], stop=["</search>"])
     for key in ("stop_reason", "matched_stop"):  # vLLM's and SGLang's names for the string that matched
-        choice = {"finish_reason": "stop", key: "</search>", "token_ids": [41, 42], "logprobs": {"token_logprobs": [-0.1, -0.2]}}
+        choice = {
+            "finish_reason": "stop",
+            key: "</search>",
+            "token_ids": [41, 42],
+            "logprobs": {"token_logprobs": [-0.1, -0.2]},
+        }
         gen = parse_choice(choice, params, ByteChatTokenizer())
         assert gen.token_ids == [41, 42] and gen.logprobs == [-0.1, -0.2] and gen.finish_reason == "stop"

@@ -42,9 +42,16 @@ def model():
 
 def hf_greedy(model, prompt: list[int], n: int) -> list[int]:
     ids = torch.tensor([prompt])
-    out = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=n, min_new_tokens=n,
-                         pad_token_id=0, eos_token_id=None)
-    return out[0, len(prompt):].tolist()
+    out = model.generate(
+        ids,
+        attention_mask=torch.ones_like(ids),
+        do_sample=False,
+        max_new_tokens=n,
+        min_new_tokens=n,
+        pad_token_id=0,
+        eos_token_id=None,
+    )
+    return out[0, len(prompt) :].tolist()
 
 
 def forward_logp(model, prompt: list[int], generated: list[int], temperature: float = 1.0) -> list[float]:
@@ -136,7 +143,9 @@ async def test_seeded_sampling_is_reproducible_whatever_the_batch(model):
         engine.generate(PROMPTS[0], params),
         *(engine.generate(p, SamplingParams(temperature=1.0, max_tokens=16)) for p in PROMPTS[1:]),
     )
-    other_seed = await engine.generate(PROMPTS[0], SamplingParams(temperature=1.0, top_p=0.9, top_k=50, max_tokens=16, seed=99))
+    other_seed = await engine.generate(
+        PROMPTS[0], SamplingParams(temperature=1.0, top_p=0.9, top_k=50, max_tokens=16, seed=99)
+    )
     assert alone.token_ids == again.token_ids == batched.token_ids
     assert alone.logprobs == pytest.approx(batched.logprobs, abs=1e-4)
     assert other_seed.token_ids != alone.token_ids

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import operator
 from pathlib import Path
 
 import pytest
-from conftest import run_rlf
 from samples import ADDER_PLUGIN
 
+from conftest import run_rlf
 
-TEXTS = ["What is 2 plus 3? The answer is 5.", '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>'] * 20
+TEXTS = [
+    "What is 2 plus 3? The answer is 5.",
+    '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>',
+] * 20
 
 
 @pytest.fixture(scope="module")
@@ -28,13 +33,27 @@ def test_eval_with_a_tiny_local_model(tiny, tmp_path):
         f"local_plugins: [adder.py]\nmodel:\n  path: {tiny}\ndata:\n  eval: data.jsonl\n"
         "rollout:\n  n: 2\n  max_turns: 2\n  sampling:\n    max_tokens: 24\n    seed: 1\nengine:\n  device: cpu\n"
     )
-    out = run_rlf("eval", str(tmp_path / "run.yaml"), "--limit", "3", "--out", str(tmp_path / "out.jsonl"), cwd=tmp_path)
+    out = run_rlf(
+        "eval", str(tmp_path / "run.yaml"), "--limit", "3", "--out", str(tmp_path / "out.jsonl"), cwd=tmp_path
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     lines = [json.loads(x) for x in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert len(lines) == 6 and {x["row_id"] for x in lines} == {"q0", "q1", "q2"}
     for x in lines:
-        for key in ("id", "env", "messages", "num_turns", "stop_reason", "tool_calls", "tool_errors", "reward",
-                    "reward_components", "prompt_tokens", "response_tokens", "generated_tokens"):
+        for key in (
+            "id",
+            "env",
+            "messages",
+            "num_turns",
+            "stop_reason",
+            "tool_calls",
+            "tool_errors",
+            "reward",
+            "reward_components",
+            "prompt_tokens",
+            "response_tokens",
+            "generated_tokens",
+        ):
             assert key in x
         assert x["env"] == "adder" and x["messages"][0]["content"].startswith("What is")
         assert len(x["response_ids"]) == len(x["response_mask"]) == len(x["logprobs"]) == x["response_tokens"]
@@ -58,8 +77,12 @@ def test_token_exact_with_a_trained_bpe_tokenizer(tiny, tmp_path):
     tok = load_tokenizer(str(tiny))
     call = '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>'
     script = {"q": [call, "Next.\n" + call + "\n" + call, "5"]}
-    [t] = asyncio.run(Rollout(runtime, ScriptedEngine(tok, script), tok).run([normalize_row({"id": "q", "prompt": "2+3?"})]))
+    [t] = asyncio.run(
+        Rollout(runtime, ScriptedEngine(tok, script), tok).run([normalize_row({"id": "q", "prompt": "2+3?"})])
+    )
     assert t.stop_reason == "answer" and t.tool_calls == 3
     eos = tok.eos_token_ids[0]
-    assert [i for i, m in zip(t.response_ids, t.response_mask) if m] == sum((tok.encode(s) + [eos] for s in script["q"]), [])
+    assert [i for i, m in zip(t.response_ids, t.response_mask) if m] == functools.reduce(
+        operator.iadd, (tok.encode(s) + [eos] for s in script["q"]), []
+    )
     assert t.template_mismatch is None

@@ -256,7 +256,9 @@ async def test_results_render_dicts_and_lists_as_json_and_others_with_str():
         return {"dict": {"ü": 1}, "list": [1, "two"], "int": 7, "none": None}[kind]
 
     t = Tool("value", "", {}, value)
-    results = await executor().run([ToolCall("value", {"kind": k}) for k in ("dict", "list", "int", "none")], {"value": t})
+    results = await executor().run(
+        [ToolCall("value", {"kind": k}) for k in ("dict", "list", "int", "none")], {"value": t}
+    )
     assert [r.content for r in results] == ['{"ü": 1}', '[1, "two"]', "7", "None"]
 
 
@@ -266,7 +268,9 @@ async def test_metrics_count_calls_errors_and_latency():
 
     tools = {"nap": nap, "boom": Tool("boom", "", {}, boom)}
     ex = executor()
-    await ex.run([ToolCall("nap", {"i": 1}), ToolCall("nap", {"i": 2}), ToolCall("boom", {}), ToolCall("ghost", {})], tools)
+    await ex.run(
+        [ToolCall("nap", {"i": 1}), ToolCall("nap", {"i": 2}), ToolCall("boom", {}), ToolCall("ghost", {})], tools
+    )
     snap = ex.metrics.snapshot()
     assert snap["calls"] == 4
     assert snap["errors"] == {"exception": 1, "unknown_tool": 1}

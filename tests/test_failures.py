@@ -11,12 +11,13 @@ import socket
 from pathlib import Path
 
 import pytest
-from conftest import run_rlf
 from openai_server import CompletionsServer
+
+from conftest import run_rlf
 
 ROWS = [{"id": f"q{i}", "prompt": f"What is {i} plus 1?", "ground_truth": str(i + 1)} for i in range(4)]
 
-BAD_REWARDS = '''
+BAD_REWARDS = """
 from rlfcore import hookimpl
 
 
@@ -30,14 +31,16 @@ def compute_score(sample, verification, ctx):
     if kind == "q2":
         return {"a": 1}["b"]
     return 1.0
-'''
+"""
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> Path:
     from rlfcore.tinymodel import build_tiny
 
-    return build_tiny(["What is 2 plus 3? The answer is 5."] * 10, tmp_path_factory.mktemp("tiny") / "model", vocab_size=280)
+    return build_tiny(
+        ["What is 2 plus 3? The answer is 5."] * 10, tmp_path_factory.mktemp("tiny") / "model", vocab_size=280
+    )
 
 
 def _project(tmp_path: Path, tiny: Path, extra: str = "") -> Path:
@@ -73,13 +76,18 @@ def test_broken_reward_hooks_cost_their_samples_only_and_name_plugin_hook_and_va
     (tmp_path / "bad.py").write_text(BAD_REWARDS)
     with CompletionsServer(eos_id=7) as server:
         config = _project(
-            tmp_path, tiny, f"local_plugins: [bad.py]\nengine: {{name: openai, base_url: '{server.base_url}'}}\n"
+            tmp_path,
+            tiny,
+            f"local_plugins: [bad.py]\nengine: {{name: openai, base_url: '{server.base_url}'}}\n"
             "rollout: {sampling: {max_tokens: 4}}\n",
         )
         out = run_rlf("--debug", "eval", str(config), "--out", str(tmp_path / "out.jsonl"), cwd=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     records = {r["row_id"]: r for r in map(json.loads, (tmp_path / "out.jsonl").read_text().splitlines())}
-    assert records["q0"]["reward_error"] == "compute_score of plugin 'bad' returned str 'great'; expected a float, a Score, a list of per-turn floats, or None"
+    assert (
+        records["q0"]["reward_error"]
+        == "compute_score of plugin 'bad' returned str 'great'; expected a float, a Score, a list of per-turn floats, or None"
+    )
     assert records["q1"]["reward_error"].startswith("compute_score of plugin 'bad' returned dict {'score': 1.0}")
     assert records["q2"]["reward_error"] == "compute_score failed: KeyError: 'b'"
     assert 'bad.py", line 13, in compute_score' in records["q2"]["reward_traceback"]

@@ -12,20 +12,20 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import run_rlf
 
+from conftest import run_rlf
 from rlfcore.config import load_config
 from rlfcore.trainer.checkpoint import CheckpointError, damage, last_intact
 from rlfcore.trainer.run import train
 
-PLUGIN = '''
+PLUGIN = """
 from rlfcore import Score, hookimpl
 
 
 @hookimpl
 def compute_score(sample):
     return Score(value=float(sample.response.startswith("A")))
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -92,7 +92,9 @@ def test_damage_reads_headers_only_and_finds_no_intact_checkpoint_when_all_are_b
 @pytest.mark.slow
 def test_rlf_train_resume_reports_the_damaged_file(finished, tmp_path):
     run = _damaged_copy(finished, tmp_path, "trainer.pt")
-    out = run_rlf("train", str(finished / "run.yaml"), "trainer.steps=5", "--run-dir", str(run), "--resume", cwd=finished)
+    out = run_rlf(
+        "train", str(finished / "run.yaml"), "trainer.steps=5", "--run-dir", str(run), "--resume", cwd=finished
+    )
     assert out.returncode == 1, out.stdout + out.stderr
     assert "CheckpointError" in out.stderr and str(run / "checkpoints" / "step_000004" / "trainer.pt") in out.stderr
     assert "--resume-from" in out.stderr

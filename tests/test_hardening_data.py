@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import run_rlf
 
+from conftest import run_rlf
 from rlfcore.config import ConfigError, load_config
 from rlfcore.data import DataError, read_rows
 from rlfcore.plugins import PluginManager
@@ -29,7 +29,9 @@ def test_invalid_utf8_names_the_file_and_line(tmp_path):
 
 
 def test_a_lone_surrogate_escape_names_the_file_and_line(tmp_path):
-    path = _rows_file(tmp_path, [b'{"id": "a", "prompt": "fine \\ud83d\\ude00"}', b'{"id": "b", "prompt": "x\\ud800y"}'])
+    path = _rows_file(
+        tmp_path, [b'{"id": "a", "prompt": "fine \\ud83d\\ude00"}', b'{"id": "b", "prompt": "x\\ud800y"}']
+    )
     with pytest.raises(DataError, match=rf"^{path}:2: .*lone surrogate \(U\+D800\)"):
         read_rows(path)
     assert read_rows(path, limit=1)[0].prompt[0]["content"] == "fine \U0001f600"  # a pair is one character
@@ -43,7 +45,7 @@ def _mcp_project(tmp_path: Path, model: str | None) -> Path:
     model_line = f"model:\n  path: {model}\n" if model else ""
     (tmp_path / "run.yaml").write_text(
         f"plugins: [mcp]\n{model_line}data:\n  eval: data.jsonl\n  train: data.jsonl\n"
-        f"mcp:\n  servers:\n    marker:\n      command: {sys.executable}\n      args: [-c, \"{STARTS}\", {tmp_path / 'started'}]\n"
+        f'mcp:\n  servers:\n    marker:\n      command: {sys.executable}\n      args: [-c, "{STARTS}", {tmp_path / "started"}]\n'
     )
     return tmp_path / "run.yaml"
 

@@ -25,7 +25,9 @@ class Custom(BaseException):
     pass
 
 
-@pytest.mark.parametrize("exc", [SystemExit(3), KeyboardInterrupt(), asyncio.CancelledError(), Custom("x"), GeneratorExit()])
+@pytest.mark.parametrize(
+    "exc", [SystemExit(3), KeyboardInterrupt(), asyncio.CancelledError(), Custom("x"), GeneratorExit()]
+)
 async def test_any_exception_of_an_async_tool_is_an_error_result(exc):
     async def bad() -> str:
         await asyncio.sleep(0)
@@ -57,7 +59,11 @@ async def test_the_traceback_is_kept_for_the_author_not_shown_to_the_model():
 
     [result] = await executor().run([ToolCall("lookup", {"key": "b"})], {"lookup": Tool("lookup", "", {}, lookup)})
     assert result.content == "Error: tool 'lookup' failed: KeyError: 'b'"
-    assert "Traceback" in result.traceback and __file__ in result.traceback and "return {\"a\": \"1\"}[key]" in result.traceback
+    assert (
+        "Traceback" in result.traceback
+        and __file__ in result.traceback
+        and 'return {"a": "1"}[key]' in result.traceback
+    )
 
 
 async def test_an_async_tool_that_swallows_cancellation_is_a_timeout_on_time():

@@ -60,7 +60,11 @@ def test_worst_inputs_parse_in_linear_time(case):
 
 def test_time_grows_linearly_with_size():
     """Doubling the input at most about doubles the time (quadratic would quadruple it)."""
-    for parse, unit in [(parse_hermes, "<tool_call>```\n"), (parse_llama3_json, "{;"), (parse_hermes, '<tool_call>{"a": "')]:
+    for parse, unit in [
+        (parse_hermes, "<tool_call>```\n"),
+        (parse_llama3_json, "{;"),
+        (parse_hermes, '<tool_call>{"a": "'),
+    ]:
         small = min(timed(parse, unit * 20_000)[1] for _ in range(3))
         large = min(timed(parse, unit * 80_000)[1] for _ in range(3))
         assert large < 8 * small + 0.05, f"{unit!r}: x4 input took {large / max(small, 1e-9):.1f}x the time"
@@ -116,8 +120,32 @@ def test_calls_past_the_limit_are_one_error_call():
 
 # --- fuzzing -------------------------------------------------------------------------------------
 
-PIECES = ["<tool_call>", "</tool_call>", "```json", "```", "{", "}", "[", "]", '"', "\\", ",", ":", ";", " ",
-          "\n", '"name"', '"arguments"', "<|python_tag|>", "<|eot_id|>", "\\ud800", "\ud800", "1", "null", "x"]
+PIECES = [
+    "<tool_call>",
+    "</tool_call>",
+    "```json",
+    "```",
+    "{",
+    "}",
+    "[",
+    "]",
+    '"',
+    "\\",
+    ",",
+    ":",
+    ";",
+    " ",
+    "\n",
+    '"name"',
+    '"arguments"',
+    "<|python_tag|>",
+    "<|eot_id|>",
+    "\\ud800",
+    "\ud800",
+    "1",
+    "null",
+    "x",
+]
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -17,13 +17,13 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
 
+from conftest import ROOT
 from rlfcore.signals import Interrupted, deferred, handled, interruption
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="process checks read /proc (Linux)")
 
-WAITER = '''
+WAITER = """
 import asyncio, os, sys
 from mcp.server.mcpserver import MCPServer
 
@@ -40,9 +40,9 @@ async def wait(marker: str) -> str:
 
 
 server.run("stdio")
-'''
+"""
 
-ENGINE_PLUGIN = '''
+ENGINE_PLUGIN = """
 import json, os
 from rlfcore import hookimpl
 from rlfcore.engines.scripted import ScriptedEngine
@@ -53,7 +53,7 @@ CALL = "<tool_call>" + json.dumps({"name": "wait", "arguments": {"marker": os.en
 @hookimpl
 def register_engines(ctx):
     return {"script": lambda config, tokenizer: ScriptedEngine(tokenizer, lambda request_id, prompt: CALL)}
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -67,8 +67,14 @@ def tiny(tmp_path_factory) -> Path:
 def _start(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("RLF_")}
     full_env.update(PYTHONPATH=str(ROOT), **(env or {}))
-    return subprocess.Popen([sys.executable, "-m", "rlfcore", *args], cwd=cwd, env=full_env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [sys.executable, "-m", "rlfcore", *args],
+        cwd=cwd,
+        env=full_env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
 
 
 def _wait_for(check, timeout_s: float, what: str, proc: subprocess.Popen) -> None:
@@ -163,14 +169,14 @@ def test_handlers_are_restored_and_interruption_finds_a_wrapped_signal():
     assert found is not None and found.note == "saved" and found.exit_code == 130
 
 
-TRAIN_PLUGIN = '''
+TRAIN_PLUGIN = """
 from rlfcore import Score, hookimpl
 
 
 @hookimpl
 def compute_score(sample):
     return Score(value=float(sample.response.startswith("A")))
-'''
+"""
 
 
 def _train_project(tmp_path: Path) -> Path:
@@ -218,7 +224,9 @@ def test_sigint_in_rlf_train_saves_the_last_step_and_resume_matches_an_uninterru
         time.sleep(0.1)
     assert not [p for p in children if _alive(p)], "a child process (the MCP server) outlived rlf train"
 
-    resumed = run_rlf("train", str(config), f"trainer.steps={done + 1}", "--run-dir", str(run), "--resume", cwd=tmp_path)
+    resumed = run_rlf(
+        "train", str(config), f"trainer.steps={done + 1}", "--run-dir", str(run), "--resume", cwd=tmp_path
+    )
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     full = run_rlf("train", str(config), f"trainer.steps={done + 1}", "--run-dir", str(tmp_path / "full"), cwd=tmp_path)
     assert full.returncode == 0, full.stdout + full.stderr
@@ -241,15 +249,27 @@ def trainer(tmp_path):
     rows = [{"id": f"r{i}", "prompt": f"Say {i}."} for i in range(2)]
     (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     config = {
-        "model": {"path": "model", "init": {"texts": ["rows.jsonl"], "vocab_size": 300, "hidden_size": 32, "num_layers": 1,
-                                            "num_heads": 2, "num_kv_heads": 1, "intermediate_size": 64}},
+        "model": {
+            "path": "model",
+            "init": {
+                "texts": ["rows.jsonl"],
+                "vocab_size": 300,
+                "hidden_size": 32,
+                "num_layers": 1,
+                "num_heads": 2,
+                "num_kv_heads": 1,
+                "intermediate_size": 64,
+            },
+        },
         "rollout": {"n": 2, "max_turns": 1, "sampling": {"max_tokens": 4}},
         "trainer": {"steps": 3, "prompts_per_step": 2, "checkpoint_every": 10, "samples_per_step": 0},
         "engine": {"device": "cpu"},
     }
     runtime = make_runtime(config)
     model, hf_tok = load_policy(ensure_model(runtime.config, tmp_path), "cpu")
-    yield LocalTrainer(runtime, model, hf_tok, [normalize_row(r, i) for i, r in enumerate(rows)], RunDir(tmp_path / "run"))
+    yield LocalTrainer(
+        runtime, model, hf_tok, [normalize_row(r, i) for i, r in enumerate(rows)], RunDir(tmp_path / "run")
+    )
 
 
 def test_a_signal_while_a_step_is_applied_waits_and_that_step_is_saved(trainer):

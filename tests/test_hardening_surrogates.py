@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import run_rlf
 
+from conftest import run_rlf
 from rlfcore.surrogates import json_line, replaced
 
 SURROGATE_PLUGIN = r'''
@@ -71,7 +71,9 @@ def test_rlf_eval_writes_every_trajectory_when_calls_and_outputs_hold_lone_surro
     lines = [json.loads(x) for x in (tmp_path / "out.jsonl").read_bytes().decode("utf-8").splitlines()]
     by_row = {x["row_id"]: x for x in lines}
     assert len(lines) == 6 and set(by_row) == {"bad_args", "bad_output", "plain"}
-    assert all(x["stop_reason"] == "answer" for x in lines), [(x["row_id"], x["stop_reason"], x["error"]) for x in lines]
+    assert all(x["stop_reason"] == "answer" for x in lines), [
+        (x["row_id"], x["stop_reason"], x["error"]) for x in lines
+    ]
     bad_call = by_row["bad_args"]["messages"][-2]
     assert bad_call["role"] == "tool" and "lone surrogate (U+D800)" in bad_call["content"]
     listing = by_row["bad_output"]["messages"][-2]["content"]
@@ -83,7 +85,9 @@ def test_json_lines_escape_lone_surrogates_and_read_back_the_same():
     record = {"text": "a\ud800b", "k\udcff": ["caf\u00e9", "\U0001f600"]}
     line = json_line(record)
     assert line.endswith("\n") and line.count("\n") == 1
-    assert "\\ud800" in line and "\\udcff" in line and "caf\u00e9" in line and "\U0001f600" in line  # the rest stays readable
+    assert (
+        "\\ud800" in line and "\\udcff" in line and "caf\u00e9" in line and "\U0001f600" in line
+    )  # the rest stays readable
     assert json.loads(line.encode("utf-8")) == record
 
 

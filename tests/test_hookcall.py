@@ -10,8 +10,8 @@ import re
 import pytest
 
 from rlfcore import hookimpl
-from rlfcore.context import SetupContext
 from rlfcore.conformance import SYNC_ONLY, check
+from rlfcore.context import SetupContext
 from rlfcore.hookcall import HookCallError, call_impl
 from rlfcore.hookspecs import HOOK_NAMES, RULES
 from rlfcore.hooktrace import trace_hook_calls
@@ -69,7 +69,11 @@ class Judge:
 
 def test_a_wrapper_of_another_plugin_sees_and_replaces_each_answer():
     doubler = Doubler()
-    config = {"plugins": ["calc", "doubler", "judge"], "envs": {"main": ["calc"]}, "reward": {"weights": {"score": 1.0}}}
+    config = {
+        "plugins": ["calc", "doubler", "judge"],
+        "envs": {"main": ["calc"]},
+        "reward": {"weights": {"score": 1.0}},
+    }
     [traj] = rollout(config, ROWS, SCRIPT, {"calc": ScoreSync(), "doubler": doubler, "judge": Judge()})
     # the environment's answer (the built-in exact match never ran), then the one judge's answer, once:
     # the wrapper wraps implementations and is never called as one itself
@@ -97,8 +101,10 @@ def test_trace_lines_name_plugin_hook_duration_and_outcome():
             raise ValueError("no database")
 
     out = io.StringIO()
-    runtime = make_runtime({"plugins": ["calc", "broken"], "envs": {"a": ["calc"], "b": ["broken"]}},
-                           {"calc": Scorer(), "broken": Broken()})
+    runtime = make_runtime(
+        {"plugins": ["calc", "broken"], "envs": {"a": ["calc"], "b": ["broken"]}},
+        {"calc": Scorer(), "broken": Broken()},
+    )
     trace_hook_calls(runtime.plugins.pm, stream=out)
     rows = [{**ROWS[0], "env": "a"}, {"id": "r", "prompt": "x", "env": "b", "ground_truth": "1"}]
     [ok, failed] = asyncio.run(_rollout(runtime, rows, {"q": SCRIPT["q"], "r": ["<answer>1</answer>"]}, score=True))
@@ -106,7 +112,9 @@ def test_trace_lines_name_plugin_hook_duration_and_outcome():
     score = next(line for line in lines if line.startswith("rlf-trace: compute_score plugin=calc "))
     ms = float(re.search(r" ([\d.]+) ms ", score).group(1))
     assert ms >= 45 and score.endswith(" ok")  # the awaited sleep, not the coroutine's creation
-    assert any(re.fullmatch(r"rlf-trace: verify_tool plugin=broken [\d.]+ ms raised ValueError: no database", x) for x in lines)
+    assert any(
+        re.fullmatch(r"rlf-trace: verify_tool plugin=broken [\d.]+ ms raised ValueError: no database", x) for x in lines
+    )
     assert any(re.fullmatch(r"rlf-trace: verify_tool plugin=calc [\d.]+ ms returned None", x) for x in lines)
     assert any(re.fullmatch(r"rlf-trace: parse_tool_calls plugin=rlf.parsers [\d.]+ ms ok", x) for x in lines)
     assert ok.reward == 0.25 and "no database" in (failed.reward_error or "")
@@ -127,7 +135,10 @@ def test_an_async_implementation_of_a_sync_only_hook_is_named():
 def test_a_call_must_pass_every_argument_of_the_spec():
     manager = make_manager({})
     [impl] = [i for i in manager.impls("compute_score") if i.plugin_name == "rlf.scoring"]
-    with pytest.raises(HookCallError, match=r"compute_score called with the wrong arguments \(missing: ctx, verification; unknown: text\)"):
+    with pytest.raises(
+        HookCallError,
+        match=r"compute_score called with the wrong arguments \(missing: ctx, verification; unknown: text\)",
+    ):
         asyncio.run(call_impl(manager, "compute_score", impl, sample=None, text="x"))
 
 
@@ -164,13 +175,24 @@ def test_rlf_eval_with_rlf_trace_plugins_prints_each_hook_call(tmp_path):
     """The real command on the embedded calculator (its real MCP server); tests/chat_server.py stands in
     for the model's chat API on loopback, writing tool calls as text so ``parse_tool_calls`` reads them."""
     from chat_server import ChatServer
+
     from conftest import ROOT, run_rlf
 
     with ChatServer() as server:
         out = run_rlf(
-            "eval", str(ROOT / "examples" / "calculator" / "run.yaml"), "--greedy", "--limit", "2",
-            "--out", str(tmp_path / "out.jsonl"), "--engine", "openai-chat", f"engine.base_url={server.base_url}",
-            "engine.chat_tools=text", env={"RLF_TRACE_PLUGINS": "1"}, cwd=ROOT,
+            "eval",
+            str(ROOT / "examples" / "calculator" / "run.yaml"),
+            "--greedy",
+            "--limit",
+            "2",
+            "--out",
+            str(tmp_path / "out.jsonl"),
+            "--engine",
+            "openai-chat",
+            f"engine.base_url={server.base_url}",
+            "engine.chat_tools=text",
+            env={"RLF_TRACE_PLUGINS": "1"},
+            cwd=ROOT,
         )
     assert out.returncode == 0, out.stdout + out.stderr
     lines = [x for x in out.stderr.splitlines() if x.startswith("rlf-trace: ")]

@@ -7,7 +7,9 @@ which do not depend on what a model would say. The same loop runs a real model i
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
+import operator
 import time
 
 from rlfcore import Score, hookimpl
@@ -64,12 +66,14 @@ def test_mask_covers_exactly_the_generated_tokens_over_three_turns_with_parallel
             "10",
         ]
     }
-    [t] = rollout(CONFIG, [{"id": "q", "prompt": "What is 1+2+3+4?", "ground_truth": "10"}], script, {"calc": Calculator()})
+    [t] = rollout(
+        CONFIG, [{"id": "q", "prompt": "What is 1+2+3+4?", "ground_truth": "10"}], script, {"calc": Calculator()}
+    )
     tok = ByteChatTokenizer()
     assert t.stop_reason == "answer" and t.num_turns == 3 and t.tool_calls == 3 and t.tool_errors == 0
     generated = [i for i, m in zip(t.response_ids, t.response_mask) if m == 1]
     eos = tok.eos_token_ids[0]
-    assert generated == sum((tok.encode(text) + [eos] for text in script["q"]), [])
+    assert generated == functools.reduce(operator.iadd, (tok.encode(text) + [eos] for text in script["q"]), [])
     # the masked-out tokens are exactly the observations: tool results and the next generation prompt
     observed = tok.decode([i for i, m in zip(t.response_ids, t.response_mask) if m == 0])
     assert observed.count("<tool_response>") == 3 and "\n3\n" in observed and "\n7\n" in observed
@@ -118,7 +122,16 @@ def test_a_template_that_drops_earlier_reasoning_is_reported_and_the_sequence_ke
 
 
 def test_failures_become_observations_and_metrics():
-    script = {"q": [call("slow", seconds=2.0) + call("boom") + call("nope") + "<tool_call>{bad json</tool_call>" + call("add", a="x", b=1), "ok"]}
+    script = {
+        "q": [
+            call("slow", seconds=2.0)
+            + call("boom")
+            + call("nope")
+            + "<tool_call>{bad json</tool_call>"
+            + call("add", a="x", b=1),
+            "ok",
+        ]
+    }
     [t] = rollout(CONFIG, [{"id": "q", "prompt": "go"}], script, {"calc": Calculator()})
     tool_msgs = [m["content"] for m in t.messages if m["role"] == "tool"]
     assert len(tool_msgs) == 5 and t.tool_errors == 5
@@ -135,7 +148,9 @@ def test_unreadable_calls_are_observed_or_end_the_trajectory():
     stop = {**CONFIG, "rollout": {"unreadable_calls": "stop"}}
     [ended] = rollout(stop, row, script, {"calc": Calculator()})
     assert ended.stop_reason == "unreadable_call" and ended.num_turns == 1 and ended.tool_calls == 0
-    assert [m["role"] for m in ended.messages] == ["user", "assistant"] and ended.response_mask == [1] * len(ended.response_ids)
+    assert [m["role"] for m in ended.messages] == ["user", "assistant"] and ended.response_mask == [1] * len(
+        ended.response_ids
+    )
     assert ended.reward == 0.0  # its last message is the broken call, not an answer
 
 
@@ -147,7 +162,12 @@ def test_stop_reasons_and_explicit_truncation():
     assert a.stop_reason == "max_turns" and a.num_turns == 3 and a.tool_calls == 2
     assert b.stop_reason == "no_tool_call" and not b.truncated
     assert c.stop_reason == "max_response_tokens" and c.truncated and sum(c.response_mask) == 200
-    [d] = rollout({**CONFIG, "rollout": {"max_total_tokens": 50}}, [{"id": "d", "prompt": "long " * 50}], {"d": ["x"]}, {"calc": Calculator()})
+    [d] = rollout(
+        {**CONFIG, "rollout": {"max_total_tokens": 50}},
+        [{"id": "d", "prompt": "long " * 50}],
+        {"d": ["x"]},
+        {"calc": Calculator()},
+    )
     assert d.stop_reason == "max_total_tokens" and d.truncated and d.response_ids == []
     assert "prompt has" in d.error  # the prompt (and its system message) is never cut silently
 
@@ -159,7 +179,9 @@ def test_system_prompt_is_added_and_rows_in_verl_layout_are_accepted():
         "reward_model": {"ground_truth": "hello"},
         "extra_info": {"index": 7},
     }
-    [t] = rollout({**CONFIG, "rollout": {"system_prompt": "Be brief."}}, [row], {"7": ["hello"]}, {"calc": Calculator()})
+    [t] = rollout(
+        {**CONFIG, "rollout": {"system_prompt": "Be brief."}}, [row], {"7": ["hello"]}, {"calc": Calculator()}
+    )
     assert t.row_id == "7" and t.env == "calc" and t.messages[0] == {"role": "system", "content": "Be brief."}
     assert t.reward == 1.0
 
@@ -181,7 +203,10 @@ class Other:
 
 def test_per_sample_routing_tools_and_rewards():
     plugins = {"calc": Calculator(), "other": Other()}
-    rows = [{"id": "r1", "env": "calc", "prompt": "p", "ground_truth": "5"}, {"id": "r2", "env": "other", "prompt": "p"}]
+    rows = [
+        {"id": "r1", "env": "calc", "prompt": "p", "ground_truth": "5"},
+        {"id": "r2", "env": "other", "prompt": "p"},
+    ]
     script = {"r1": [call("lookup", key="k"), "5"], "r2": [call("lookup", key="k"), "K"]}
     r1, r2 = rollout({"plugins": ["calc", "other"]}, rows, script, plugins)
     tok = ByteChatTokenizer()
@@ -195,7 +220,11 @@ class Broken(Engine):
     async def generate(self, prompt_ids, params, request_id=""):
         if request_id.startswith("bad"):
             raise ConnectionError("server went away")
-        return Generation(token_ids=ByteChatTokenizer().encode("fine") + [ByteChatTokenizer().eos_token_ids[0]], logprobs=None, finish_reason="stop")
+        return Generation(
+            token_ids=ByteChatTokenizer().encode("fine") + [ByteChatTokenizer().eos_token_ids[0]],
+            logprobs=None,
+            finish_reason="stop",
+        )
 
 
 def test_an_engine_failure_ends_one_trajectory_only():
@@ -215,12 +244,16 @@ def test_a_slow_tool_does_not_hold_up_other_trajectories():
     done: dict[str, float] = {}
     t0 = time.perf_counter()
     rows = [normalize_row({"id": "slow", "prompt": "x"}), normalize_row({"id": "fast", "prompt": "x"})]
-    asyncio.run(Rollout(runtime, engine, tok).run(rows, on_done=lambda t: done.setdefault(t.row_id, time.perf_counter() - t0)))
+    asyncio.run(
+        Rollout(runtime, engine, tok).run(rows, on_done=lambda t: done.setdefault(t.row_id, time.perf_counter() - t0))
+    )
     assert done["fast"] < 0.6 < 1.0 <= done["slow"]
 
 
 def test_parallel_calls_of_one_turn_run_concurrently():
-    runtime = make_runtime(CONFIG | {"tools": {"timeout_s": 5}, "rollout": {"sampling": {"max_tokens": 1024}}}, {"calc": Calculator()})
+    runtime = make_runtime(
+        CONFIG | {"tools": {"timeout_s": 5}, "rollout": {"sampling": {"max_tokens": 1024}}}, {"calc": Calculator()}
+    )
     tok = ByteChatTokenizer()
     engine = ScriptedEngine(tok, {"q": ["".join(call("slow", seconds=0.2) for _ in range(8)), "ok"]})
     [t] = asyncio.run(Rollout(runtime, engine, tok).run([normalize_row({"id": "q", "prompt": "x"})]))
@@ -236,7 +269,9 @@ def test_engine_sees_the_configured_sampling_parameters_every_turn():
             seen.append(params)
             return await super().generate(prompt_ids, params, request_id)
 
-    runtime = make_runtime(CONFIG | {"rollout": {"sampling": {"temperature": 0.7, "top_p": 0.9, "max_tokens": 64}}}, {"calc": Calculator()})
+    runtime = make_runtime(
+        CONFIG | {"rollout": {"sampling": {"temperature": 0.7, "top_p": 0.9, "max_tokens": 64}}}, {"calc": Calculator()}
+    )
     tok = ByteChatTokenizer()
     engine = Recorder(tok, {"q": [call("add", a=1, b=2), call("add", a=1, b=2), "3"]})
     asyncio.run(Rollout(runtime, engine, tok).run([normalize_row({"id": "q", "prompt": "x"})]))
@@ -268,6 +303,11 @@ class Sized:
 
 def test_each_plugin_sees_its_own_settings_in_a_shared_environment():
     first, second = Sized("first"), Sized("second")
-    config = {"plugins": ["first", "second"], "envs": {"both": ["first", "second"]}, "first": {"label": "one"}, "second": {"label": "two"}}
+    config = {
+        "plugins": ["first", "second"],
+        "envs": {"both": ["first", "second"]},
+        "first": {"label": "one"},
+        "second": {"label": "two"},
+    }
     rollout(config, [{"id": "q", "prompt": "x"}], {"q": ["done"]}, {"first": first, "second": second})
     assert first.seen == ["one"] and second.seen == ["two"]

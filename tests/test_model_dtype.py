@@ -19,7 +19,9 @@ def bf16_checkpoint(tmp_path_factory) -> Path:
 
     from rlfcore.tinymodel import build_tiny
 
-    path = build_tiny(["What is 2 plus 3? The answer is 5."] * 10, tmp_path_factory.mktemp("bf16") / "model", vocab_size=280)
+    path = build_tiny(
+        ["What is 2 plus 3? The answer is 5."] * 10, tmp_path_factory.mktemp("bf16") / "model", vocab_size=280
+    )
     AutoModelForCausalLM.from_pretrained(path).to(torch.bfloat16).save_pretrained(path)
     return path
 

@@ -19,8 +19,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
 from packaging.requirements import Requirement
+
+from conftest import ROOT
 
 tomllib = pytest.importorskip("tomllib")
 
@@ -45,7 +46,8 @@ def package_dir(dist: str) -> Path:
 def data_files(package: Path) -> set[Path]:
     """The files of ``package`` that are not Python sources: they reach a wheel only as package data."""
     return {
-        p for p in package.rglob("*")
+        p
+        for p in package.rglob("*")
         if p.is_file() and "__pycache__" not in p.parts and p.suffix not in (".py", ".pyc")
     }
 
@@ -60,12 +62,18 @@ def git_files() -> list[str]:
 
 
 def test_no_build_output_is_committed():
-    built = [f for f in git_files() if f.endswith((".whl", ".tar.gz")) or any(
-        part.endswith(".egg-info") or part in ("build", "dist") for part in Path(f).parts)]
+    built = [
+        f
+        for f in git_files()
+        if f.endswith((".whl", ".tar.gz"))
+        or any(part.endswith(".egg-info") or part in ("build", "dist") for part in Path(f).parts)
+    ]
     assert not built, f"build outputs are committed: {', '.join(built)}"
 
 
-@pytest.mark.parametrize("path", ["plugins/rlf-mcp/rlf_mcp.egg-info/PKG-INFO", "rlfcore.egg-info/PKG-INFO", "dist/x.whl", "build/lib/x.py"])
+@pytest.mark.parametrize(
+    "path", ["plugins/rlf-mcp/rlf_mcp.egg-info/PKG-INFO", "rlfcore.egg-info/PKG-INFO", "dist/x.whl", "build/lib/x.py"]
+)
 def test_build_output_is_ignored(path):
     git_files()
     assert subprocess.run(["git", "check-ignore", "-q", "--no-index", path], cwd=ROOT).returncode == 0, path
@@ -74,8 +82,12 @@ def test_build_output_is_ignored(path):
 @pytest.mark.parametrize("dist", list(PROJECTS))
 def test_package_data_patterns_name_files_that_exist(dist):
     declared = pyproject(dist).get("tool", {}).get("setuptools", {}).get("package-data", {})
-    empty = [f"{pkg}: {pattern}" for pkg, patterns in declared.items() for pattern in patterns
-             if not any((PROJECTS[dist] / pkg.replace(".", "/")).glob(pattern))]
+    empty = [
+        f"{pkg}: {pattern}"
+        for pkg, patterns in declared.items()
+        for pattern in patterns
+        if not any((PROJECTS[dist] / pkg.replace(".", "/")).glob(pattern))
+    ]
     assert not empty, f"{dist}/pyproject.toml declares package data that matches no file: {', '.join(empty)}"
 
 
@@ -110,7 +122,9 @@ def test_the_public_api_exports_what_plugins_use():
 
 def _copy_source(dist: str, into: Path) -> Path:
     """A clean copy of a distribution's source: no egg-info or build folder of an earlier build leaks in."""
-    junk = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build", "dist", "tests", "benchmarks", "examples")
+    junk = shutil.ignore_patterns(
+        "__pycache__", "*.pyc", "*.egg-info", "build", "dist", "tests", "benchmarks", "examples"
+    )
     dest = into / dist
     if dist == "rlfcore":
         dest.mkdir()
@@ -129,8 +143,21 @@ def wheels(tmp_path_factory) -> Path:
     dist_dir = tmp_path_factory.mktemp("dist")
     sources = [str(_copy_source(dist, src)) for dist in PROJECTS]
     built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(dist_dir), *sources],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "-w",
+            str(dist_dir),
+            *sources,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert built.returncode == 0, built.stderr
     return dist_dir
@@ -167,8 +194,11 @@ def test_wheels_carry_every_file_of_their_package(wheels):
         package = package_dir(dist)
         with zipfile.ZipFile(_wheel(wheels, dist)) as whl:
             names = set(whl.namelist())
-        needed = {str(p.relative_to(package.parent)) for p in package.rglob("*")
-                  if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"}
+        needed = {
+            str(p.relative_to(package.parent))
+            for p in package.rglob("*")
+            if p.is_file() and "__pycache__" not in p.parts and p.suffix != ".pyc"
+        }
         assert needed <= names, f"{dist}'s wheel lacks {', '.join(sorted(needed - names))}"
 
 
@@ -183,18 +213,31 @@ def test_each_plugin_installs_from_wheels_into_a_fresh_venv(wheels, tmp_path):
     def pip(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [sys.executable, "-m", "pip", "--python", str(python), *args],
-            capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300,
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+            timeout=300,
         )
 
     def installed(*modules: str) -> dict:
-        probe = subprocess.run([str(python), "-c", PROBE, *modules], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+        probe = subprocess.run(
+            [str(python), "-c", PROBE, *modules], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120
+        )
         assert probe.returncode == 0, probe.stderr
         return json.loads(probe.stdout)
 
     first = pip("install", "-q", "--no-compile", "--find-links", str(wheels), "rlf-nl2sql")
     assert first.returncode == 0, first.stderr
     assert {"rlfcore", "rlf-nl2sql"} <= set(installed()["dists"]), "rlf-nl2sql did not bring the core along"
-    others = pip("install", "-q", "--no-compile", "--find-links", str(wheels), *(d for d in PLUGINS.values() if d != "rlf-nl2sql"))
+    others = pip(
+        "install",
+        "-q",
+        "--no-compile",
+        "--find-links",
+        str(wheels),
+        *(d for d in PLUGINS.values() if d != "rlf-nl2sql"),
+    )
     assert others.returncode == 0, others.stderr
 
     state = installed("rlfcore", "rlf_nl2sql", "rlf_mcp", "rlf_deepsearch", "rlf_judge_qwq")
@@ -204,22 +247,30 @@ def test_each_plugin_installs_from_wheels_into_a_fresh_venv(wheels, tmp_path):
     assert not HEAVY & set(dists), f"a plugin pulled in {', '.join(sorted(HEAVY & set(dists)))}"
     outside = [f for f in state["files"] if not f.startswith(state["prefix"])]
     assert not outside, f"imported from outside the venv: {outside}"
-    assert Path(state["files"][0]).read_bytes() == (ROOT / "rlfcore" / "__init__.py").read_bytes(), "not the core built here"
+    assert Path(state["files"][0]).read_bytes() == (ROOT / "rlfcore" / "__init__.py").read_bytes(), (
+        "not the core built here"
+    )
 
     rlf = str(env_dir / "bin" / "rlf")
-    listing = subprocess.run([rlf, "plugins", "list", "--json"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    listing = subprocess.run(
+        [rlf, "plugins", "list", "--json"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120
+    )
     assert listing.returncode == 0, listing.stderr
     shown = {i["name"]: i for i in json.loads(listing.stdout)}
     assert {name: shown.get(name, {}).get("distribution") for name in PLUGINS} == PLUGINS
     assert not [name for name in PLUGINS if shown[name].get("error")], listing.stdout
 
     def check(name: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([rlf, "plugins", "check", name], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+        return subprocess.run(
+            [rlf, "plugins", "check", name], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300
+        )
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         results = dict(zip(PLUGINS, pool.map(check, PLUGINS)))
     failed = {name: r.stdout + r.stderr for name, r in results.items() if r.returncode != 0}
     assert not failed, failed
     for script in ("rlf-nl2sql", "rlf-deepsearch"):
-        helped = subprocess.run([str(env_dir / "bin" / script), "--help"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
+        helped = subprocess.run(
+            [str(env_dir / "bin" / script), "--help"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60
+        )
         assert helped.returncode == 0, f"{script}: {helped.stderr}"

@@ -64,7 +64,11 @@ def test_hermes_no_calls(text):
         ('```json\n{"name": "f", "arguments": {"x": 1}}\n```', "f", {"x": 1}),
         ('\n```\n{"name": "f", "arguments": {"x": 1},}\n```\n', "f", {"x": 1}),
         ('{"name": "py", "arguments": {"c": "def f():\n\treturn 1"}}', "py", {"c": "def f():\n\treturn 1"}),
-        ('{"name": "e", "arguments": {"t": "a </tool_call> <tool_call> c"}}', "e", {"t": "a </tool_call> <tool_call> c"}),
+        (
+            '{"name": "e", "arguments": {"t": "a </tool_call> <tool_call> c"}}',
+            "e",
+            {"t": "a </tool_call> <tool_call> c"},
+        ),
     ],
 )
 def test_hermes_tolerated_slips(body, name, args):

@@ -22,24 +22,32 @@ def _project(root: Path) -> Path:
 
 
 def test_eval_reads_model_and_data_relative_to_the_config(tmp_path):
-    config = _project(tmp_path)
+    _project(tmp_path)
     out = run_rlf("eval", "project/run.yaml", "--out", "out.jsonl", cwd=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     assert json.loads((tmp_path / "out.jsonl").read_text())["row_id"] == "q"
     gone = run_rlf("eval", "project/run.yaml", "model.path=nowhere", cwd=tmp_path)
     assert gone.returncode == 2
-    assert f"model.path: no folder {tmp_path / 'project' / 'nowhere'} ('nowhere', read relative to the config's folder)" in gone.stderr
+    assert (
+        f"model.path: no folder {tmp_path / 'project' / 'nowhere'} ('nowhere', read relative to the config's folder)"
+        in gone.stderr
+    )
     assert "huggingface" not in gone.stderr.lower()
 
 
 def test_config_reports_data_files_that_do_not_exist(tmp_path):
     (tmp_path / "project").mkdir()
     (tmp_path / "project" / "here.jsonl").write_text("{}\n")
-    (tmp_path / "project" / "run.yaml").write_text("data: {train: here.jsonl, eval: gone.jsonl}\nsft: {data: demos.jsonl}\n")
+    (tmp_path / "project" / "run.yaml").write_text(
+        "data: {train: here.jsonl, eval: gone.jsonl}\nsft: {data: demos.jsonl}\n"
+    )
     out = run_rlf("config", "project/run.yaml", cwd=tmp_path)
     assert out.returncode == 2, out.stdout + out.stderr
     assert "project/run.yaml: 2 errors" in out.stderr
-    assert f"data.eval: no such file: {tmp_path / 'project' / 'gone.jsonl'} (read relative to the config's folder)" in out.stderr
+    assert (
+        f"data.eval: no such file: {tmp_path / 'project' / 'gone.jsonl'} (read relative to the config's folder)"
+        in out.stderr
+    )
     assert "sft.data: no such file" in out.stderr and "data.train" not in out.stderr
     ok = run_rlf("config", "project/run.yaml", "data.eval=here.jsonl", "sft.data=here.jsonl", cwd=tmp_path)
     assert ok.returncode == 0, ok.stderr

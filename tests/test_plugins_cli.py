@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from conftest import install, run_rlf, write_dist
 
 GOOD = """
@@ -112,7 +113,10 @@ def test_enabling_a_broken_plugin_fails_with_one_clean_message(site, tmp_path):
 def test_misspelt_hook_is_an_error_naming_plugin_and_hook(site):
     out = run_rlf("plugins", "check", "typo", site=site)
     assert out.returncode == 1
-    assert "plugin 'typo' implements 'parse_tool_call', which is not an rlf hook (did you mean 'parse_tool_calls'?)" in out.stdout
+    assert (
+        "plugin 'typo' implements 'parse_tool_call', which is not an rlf hook (did you mean 'parse_tool_calls'?)"
+        in out.stdout
+    )
 
 
 def test_check_unknown_plugin_names_the_installed_ones(site):
@@ -172,7 +176,11 @@ def test_new_plugin_installs_and_passes_its_check_and_tests_unchanged(tmp_path):
     env = {**os.environ, "PYTHONPATH": f"{site}{os.pathsep}{Path(__file__).resolve().parents[1]}"}
     tests = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path / "rlf-greeter")],
-        capture_output=True, text=True, env=env, timeout=120, cwd=tmp_path / "rlf-greeter",
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        cwd=tmp_path / "rlf-greeter",
     )
     assert tests.returncode == 0, tests.stdout + tests.stderr
     assert "2 passed" in tests.stdout

@@ -13,17 +13,28 @@ import sys
 import time
 
 import pytest
+
 from conftest import ROOT
 
 EXAMPLE = ROOT / "examples" / "calculator"
-SMALL = ["sft.steps=20", "sft.batch_size=4", "trainer.steps=3", "trainer.prompts_per_step=2", "rollout.n=2",
-         "model.init.hidden_size=32", "model.init.num_layers=1", "model.init.intermediate_size=64"]
+SMALL = [
+    "sft.steps=20",
+    "sft.batch_size=4",
+    "trainer.steps=3",
+    "trainer.prompts_per_step=2",
+    "rollout.n=2",
+    "model.init.hidden_size=32",
+    "model.init.num_layers=1",
+    "model.init.intermediate_size=64",
+]
 
 
 def _rlf(args: list[str], log, cwd) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RLF_")}
     env["PYTHONPATH"] = str(ROOT)
-    return subprocess.Popen([sys.executable, "-m", "rlfcore", *args], stdout=log, stderr=subprocess.STDOUT, cwd=cwd, env=env)
+    return subprocess.Popen(
+        [sys.executable, "-m", "rlfcore", *args], stdout=log, stderr=subprocess.STDOUT, cwd=cwd, env=env
+    )
 
 
 def test_train_and_eval_redirected_to_a_file_print_a_line_per_step(tmp_path):
@@ -43,16 +54,37 @@ def test_train_and_eval_redirected_to_a_file_print_a_line_per_step(tmp_path):
         assert proc.wait(timeout=300) == 0, log.read_text()[-3000:]
     text = log.read_text()
     assert seen_alive, text
-    steps = re.findall(r"^grpo step (\d)/3  reward \d\.\d{3}  tool use \d\.\d\d  loss [+-]\d\.\d{4}  step \d+\.\d s  \d+\.\d s$", text, re.M)
+    steps = re.findall(
+        r"^grpo step (\d)/3  reward \d\.\d{3}  tool use \d\.\d\d  loss [+-]\d\.\d{4}  step \d+\.\d s  \d+\.\d s$",
+        text,
+        re.M,
+    )
     assert steps == ["1", "2", "3"], text
     assert re.search(r"^sft step 20/20  loss \d+\.\d{3}", text, re.M), text
     assert "━" not in text  # no bar drawn into the log
 
     eval_log = tmp_path / "eval.log"
     with eval_log.open("w") as f:
-        code = _rlf(["eval", "run.yaml", "--greedy", "--limit", "4", "model.path=run/checkpoints/step_000003/model",
-                     "--out", "eval.jsonl.out"], f, tmp_path).wait(timeout=300)
+        code = _rlf(
+            [
+                "eval",
+                "run.yaml",
+                "--greedy",
+                "--limit",
+                "4",
+                "model.path=run/checkpoints/step_000003/model",
+                "--out",
+                "eval.jsonl.out",
+            ],
+            f,
+            tmp_path,
+        ).wait(timeout=300)
     text = eval_log.read_text()
     assert code == 0, text
-    assert re.findall(r"^eval (\d)/4 rows  reward \d\.\d{3}  tool use \d\.\d\d  errors 0", text, re.M) == ["1", "2", "3", "4"], text
+    assert re.findall(r"^eval (\d)/4 rows  reward \d\.\d{3}  tool use \d\.\d\d  errors 0", text, re.M) == [
+        "1",
+        "2",
+        "3",
+        "4",
+    ], text
     assert len((tmp_path / "eval.jsonl.out").read_text().splitlines()) == 4  # --greedy: one sample per row

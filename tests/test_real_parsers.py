@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from rlfcore import hookimpl
 from rlfcore.builtins.family_parsers import parse_qwen3, parse_qwen3_coder
 from rlfcore.builtins.parsers import parse_llama3_json
 from rlfcore.chat import HFChatTokenizer
-from rlfcore import hookimpl
 from rlfcore.testing import make_runtime, rollout
 from rlfcore.tools import tool
 
@@ -19,7 +19,11 @@ TOOLS = [
         "function": {
             "name": "calculate",
             "description": "Evaluate an arithmetic expression.",
-            "parameters": {"type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]},
+            "parameters": {
+                "type": "object",
+                "properties": {"expression": {"type": "string"}},
+                "required": ["expression"],
+            },
         },
     }
 ]
@@ -51,7 +55,10 @@ def test_qwen3_reads_calls_after_the_think_block(real_models, family):
     text = _assistant_text(tok, message, "<|im_start|>assistant\n", "<|im_end|>")
     assert text.startswith("<think>\nI could write <tool_call>")
     parsed = parse_qwen3(text)
-    assert [(c.name, c.arguments, c.error) for c in parsed] == [("calculate", {"expression": "6*7"}, None), ("calculate", {"expression": "7*6"}, None)]
+    assert [(c.name, c.arguments, c.error) for c in parsed] == [
+        ("calculate", {"expression": "6*7"}, None),
+        ("calculate", {"expression": "7*6"}, None),
+    ]
     assert all(c.raw in text.split("</think>")[1] for c in parsed)  # the call inside the thinking is not one
     again = {**message, "tool_calls": _as_messages(parsed)}
     assert _assistant_text(tok, again, "<|im_start|>assistant\n", "<|im_end|>") == text
@@ -66,7 +73,11 @@ def test_qwen3_still_thinking_has_no_calls_and_plain_hermes_works():
 def test_qwen3_coder_xml_calls_round_trip(real_models):
     tok = HFChatTokenizer(real_models.tokenizer("qwen3-coder"))
     args = {"expression": "6 * 7\n# two lines", "precision": 2, "exact": True, "steps": [1, 2], "opts": {"a": None}}
-    message = {"role": "assistant", "content": "Let me calculate.", "tool_calls": [_call("calculate", args), _call("calculate", {"expression": "1"})]}
+    message = {
+        "role": "assistant",
+        "content": "Let me calculate.",
+        "tool_calls": [_call("calculate", args), _call("calculate", {"expression": "1"})],
+    }
     text = _assistant_text(tok, message, "<|im_start|>assistant\n", "<|im_end|>")
     assert "<function=calculate>\n<parameter=expression>\n6 * 7\n# two lines\n</parameter>" in text
     schemas = {"calculate": TOOLS[0]["function"]["parameters"]}

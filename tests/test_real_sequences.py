@@ -126,7 +126,13 @@ def _runtime(case: Case, plugin: object | None = None):
     config = {
         "plugins": list(plugins),
         "model": {"chat_template_kwargs": case.kwargs},
-        "rollout": {"n": 1, "parser": case.parser, "max_turns": 6, "max_response_tokens": 4096, "max_total_tokens": 8192},
+        "rollout": {
+            "n": 1,
+            "parser": case.parser,
+            "max_turns": 6,
+            "max_response_tokens": 4096,
+            "max_total_tokens": 8192,
+        },
     }
     return make_runtime(config, plugins=plugins)
 
@@ -150,7 +156,9 @@ def _verl_builder(hf, case: Case):
 
     from rlfcore.backends.verl.bridge import ContinuousTokens
 
-    return ContinuousTokens(create_continuous_token_builder(hf, hf_model_type=case.model_type, chat_template_kwargs=case.kwargs))
+    return ContinuousTokens(
+        create_continuous_token_builder(hf, hf_model_type=case.model_type, chat_template_kwargs=case.kwargs)
+    )
 
 
 def _generated(tok, script: list[str], turns: int) -> list[int]:
@@ -174,7 +182,7 @@ def test_rollouts_are_exact_for_every_family(rolled):
     """No error stop, every tool turn parsed and run, the mask is exactly the generated tokens, and a
     full rendering of the recorded messages is the rollout's token sequence (thinking on), or differs
     only in the empty ``<think>`` blocks Qwen3's template leaves out of earlier turns (thinking off)."""
-    name, case, hf, tok, schemas, script, trajs = rolled
+    _name, case, _hf, tok, _schemas, script, trajs = rolled
     assert len(trajs) == TRAJECTORIES
     for t in trajs:
         assert t.stop_reason in ("answer", "no_tool_call"), (t.id, t.stop_reason, t.error)
@@ -184,7 +192,9 @@ def test_rollouts_are_exact_for_every_family(rolled):
         assert masked == _generated(tok, script[t.row_id], t.num_turns)
         chain = t.tool_calls > 0
         if case.kwargs.get("enable_thinking") is False and chain:
-            assert t.template_mismatch is not None and t.template_mismatch.startswith(REASONING_DROPPED), t.template_mismatch
+            assert t.template_mismatch is not None and t.template_mismatch.startswith(REASONING_DROPPED), (
+                t.template_mismatch
+            )
         else:
             assert t.template_mismatch is None, (t.id, t.template_mismatch)
     assert sum(t.tool_calls for t in trajs) > TRAJECTORIES  # the scripts exercise tool chains
@@ -192,7 +202,7 @@ def test_rollouts_are_exact_for_every_family(rolled):
 
 def test_recorded_messages_carry_reasoning_and_object_arguments(rolled):
     """Reasoning is in ``reasoning_content`` (Qwen3), never in ``content``; call arguments are objects."""
-    name, case, hf, tok, schemas, script, trajs = rolled
+    _name, case, _hf, _tok, _schemas, _script, trajs = rolled
     assistant = [m for t in trajs for m in t.messages if m["role"] == "assistant"]
     assert all("<think>" not in m["content"] and "<tool_call>" not in m["content"] for m in assistant)
     if case.thinking:
@@ -205,7 +215,7 @@ def test_recorded_messages_carry_reasoning_and_object_arguments(rolled):
 
 def test_sft_on_recorded_messages_rebuilds_the_rollout(rolled):
     """``SequenceBuilder.conversation`` on a trajectory's messages gives its tokens and mask exactly."""
-    name, case, hf, tok, schemas, script, trajs = rolled
+    _name, _case, _hf, tok, schemas, _script, trajs = rolled
     sb = SequenceBuilder(tok)
     for t in trajs:
         seq = sb.conversation(t.messages, schemas)
@@ -217,7 +227,7 @@ def test_sft_on_recorded_messages_rebuilds_the_rollout(rolled):
 def test_verl_continuous_token_builder_agrees(rolled):
     """verl's builder for the family (Qwen's for Qwen3/Qwen2.5, the default one for Llama) gives the
     same prompt, tokens and mask as rlf's own builder for the same trajectories."""
-    name, case, hf, tok, schemas, script, trajs = rolled
+    _name, case, hf, _tok, _schemas, script, trajs = rolled
     _, _, verls = _roll(hf, case, script, tokens=_verl_builder(hf, case))
     for ours, theirs in zip(trajs, verls):
         assert theirs.stop_reason == ours.stop_reason and theirs.error is None
@@ -247,9 +257,14 @@ def test_template_errors_name_template_message_and_difference(real_models):
     """A template that rewrites earlier turns cannot be used incrementally: the error says which
     template, which message and where the renderings part."""
     hf = real_models.tokenizer("qwen2.5")
-    history = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "More"}]
+    history = [
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello."},
+        {"role": "user", "content": "More"},
+    ]
     hf.chat_template = hf.chat_template.replace(  # each turn's header counts the messages: earlier turns change
-        "'<|im_start|>' + message.role + '\\n' + message.content", "'<|im_start|>' + message.role + (messages|length|string) + '\\n' + message.content"
+        "'<|im_start|>' + message.role + '\\n' + message.content",
+        "'<|im_start|>' + message.role + (messages|length|string) + '\\n' + message.content",
     )
     sb = SequenceBuilder(HFChatTokenizer(hf))
     with pytest.raises(TemplateError) as err:

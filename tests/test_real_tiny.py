@@ -11,12 +11,15 @@ same eval code, tools and rewards; the model, tokenizer, template, server and pa
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import json
+import operator
 import shutil
 from pathlib import Path
 
 import pytest
+
 from conftest import ROOT, run_rlf
 
 EXAMPLE = ROOT / "examples" / "calculator"
@@ -141,7 +144,12 @@ def test_tool_turns_on_the_tiny_models_tokenizer_are_exact(task, thinking):
     from rlfcore.evaluation import evaluate
     from rlfcore.sequences import REASONING_DROPPED
 
-    runtime = _runtime(task, "rollout.n=1", "rollout.sampling.max_tokens=128", *([] if thinking else ["model.chat_template_kwargs.enable_thinking=false"]))
+    runtime = _runtime(
+        task,
+        "rollout.n=1",
+        "rollout.sampling.max_tokens=128",
+        *([] if thinking else ["model.chat_template_kwargs.enable_thinking=false"]),
+    )
     tok = runtime.tokenizer()
     assert tok.template == (task / "model" / "chat_template.jinja").read_text()
     rows = read_rows(task / "eval.jsonl", limit=4)
@@ -160,7 +168,7 @@ def test_tool_turns_on_the_tiny_models_tokenizer_are_exact(task, thinking):
     for t in trajs:
         assert (t.tool_calls, t.tool_errors, t.num_turns) == (1, 0, 2), t.messages
         masked = [i for i, m in zip(t.response_ids, t.response_mask) if m]
-        assert masked == sum((tok.encode(s) + [eos] for s in script[t.row_id]), [])
+        assert masked == functools.reduce(operator.iadd, (tok.encode(s) + [eos] for s in script[t.row_id]), [])
         observed = tok.decode([i for i, m in zip(t.response_ids, t.response_mask) if not m])
         assert f"<tool_response>\n{t.messages[2]['content']}\n</tool_response>" in observed
         if thinking:

@@ -43,9 +43,16 @@ def test_verification_score_and_failures_per_sample():
 
 def test_judge_gets_the_whole_group_and_weights_compose():
     GroupJudge.seen.clear()
-    config = {"plugins": ["v", "j"], "envs": {"main": ["v"]}, "rollout": {"n": 3}, "reward": {"weights": {"score": 0.5, "judge": 0.5}}}
+    config = {
+        "plugins": ["v", "j"],
+        "envs": {"main": ["v"]},
+        "rollout": {"n": 3},
+        "reward": {"weights": {"score": 0.5, "judge": 0.5}},
+    }
     script = lambda request_id, prompt: "42" if request_id.endswith("#0") else "no"  # noqa: E731
-    trajectories = rollout(config, [{"id": "a", "prompt": "?"}, {"id": "b", "prompt": "?"}], script, {"v": Verified(), "j": GroupJudge()})
+    trajectories = rollout(
+        config, [{"id": "a", "prompt": "?"}, {"id": "b", "prompt": "?"}], script, {"v": Verified(), "j": GroupJudge()}
+    )
     assert GroupJudge.seen == [3, 3]
     first, second, _ = trajectories[:3]
     assert first.reward_components["judge.j"] == 1.0 and first.reward == 0.5 * 1.0 + 0.5 * 1.0
@@ -53,6 +60,9 @@ def test_judge_gets_the_whole_group_and_weights_compose():
 
 
 def test_default_exact_match_and_answer_tags():
-    rows = [{"id": "a", "prompt": "?", "ground_truth": "Paris"}, {"id": "b", "prompt": "?", "ground_truth": ["x", "Rome"]}]
+    rows = [
+        {"id": "a", "prompt": "?", "ground_truth": "Paris"},
+        {"id": "b", "prompt": "?", "ground_truth": ["x", "Rome"]},
+    ]
     a, b = rollout({}, rows, {"a": ["<think>hmm</think>The answer: <answer> paris </answer>"], "b": ["rome"]})
     assert a.reward == 1.0 and b.reward == 1.0 and a.env is None

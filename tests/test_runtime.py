@@ -36,8 +36,12 @@ def test_listing_is_flagged_so_plugins_can_skip_starting_servers():
 
 def test_shutdown_runs_once_per_run_even_when_another_plugin_fails_to_clean_up(caplog):
     ok, broken = Recorder(), Recorder(fail_shutdown=True)
-    rollout({"plugins": ["ok", "broken"], "envs": {"main": ["ok"]}}, [{"id": "q", "prompt": "x"}], {"q": ["done"]},
-            {"ok": ok, "broken": broken})
+    rollout(
+        {"plugins": ["ok", "broken"], "envs": {"main": ["ok"]}},
+        [{"id": "q", "prompt": "x"}],
+        {"q": ["done"]},
+        {"ok": ok, "broken": broken},
+    )
     assert ok.shutdowns == 1 and broken.shutdowns == 1
     assert "plugin 'broken' failed to shut down" in caplog.text
     runtime = make_runtime({"plugins": ["ok"]}, {"ok": (again := Recorder())})

@@ -13,8 +13,8 @@ import pytest
 pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 
-from rlfcore.chat import END_OF_TURN, SPECIAL_TOKENS, ByteChatTokenizer, HFChatTokenizer  # noqa: E402
-from rlfcore.tinymodel import build_model, build_tiny, build_tokenizer, count_parameters, describe  # noqa: E402
+from rlfcore.chat import END_OF_TURN, SPECIAL_TOKENS, ByteChatTokenizer, HFChatTokenizer
+from rlfcore.tinymodel import build_model, build_tiny, build_tokenizer, count_parameters, describe
 
 TOOLS = [
     {
@@ -184,5 +184,7 @@ def test_bad_sizes_are_named(tmp_path: Path, built: Path) -> None:
 
 def test_import_is_cheap() -> None:
     code = "import sys, rlfcore.tinymodel; print(sorted(m for m in ('torch', 'transformers', 'tokenizers') if m in sys.modules))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=Path(__file__).parents[1])
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=Path(__file__).parents[1]
+    )
     assert out.stdout.strip() == "[]"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import pytest
 from pydantic import BaseModel, Field
@@ -13,7 +13,7 @@ from rlfcore.tools import tool, tool_from_qwen_agent
 from rlfcore.types import ToolCall
 
 
-def search(query: str, k: int, tags: list[str], site: Optional[str] = None, fresh: bool = False) -> str:
+def search(query: str, k: int, tags: list[str], site: str | None = None, fresh: bool = False) -> str:
     """Search the corpus for passages.
 
     Returns the best passages first.
@@ -95,7 +95,7 @@ def test_bad_tools_are_rejected_with_the_reason():
     with pytest.raises(ValueError, match="tool name 'has space'"):
         tool(search, name="has space")
 
-    def unresolvable(p: "Missing") -> None:  # noqa: F821
+    def unresolvable(p: Missing) -> None:  # noqa: F821
         """A hint that names nothing."""
 
     with pytest.raises(TypeError, match="tool 'unresolvable': cannot derive a JSON schema.*Missing"):
@@ -153,7 +153,9 @@ async def test_qwen_agent_duck_typed_adapter():
         {"weather": t},
     )
     assert json.loads(results[0].content) == {"city": "Oslo", "days": 1}
-    assert '{"city": "Oslo"}' in duck.seen  # called as qwen-agent's agents call it: a JSON string (calls run concurrently)
+    assert (
+        '{"city": "Oslo"}' in duck.seen
+    )  # called as qwen-agent's agents call it: a JSON string (calls run concurrently)
     assert results[1].content == "sunny\n[image: sun.png]"
     assert results[2].error == "schema" and "'city' is a required property" in results[2].content
 

@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, run_rlf
 
+from conftest import ROOT, run_rlf
 from rlfcore.trackers import Trackers
 
 CONFIG = {"trainer": {"lr": 0.001, "steps": 2}, "seed": 0}
@@ -56,7 +56,11 @@ def test_mlflow_local_file_store_read_back_and_resumed(tmp_path, monkeypatch):
     run = client.get_run(run_id)
     assert run.info.run_name == tmp_path.name and run.info.status == "FINISHED"
     assert run.data.params["trainer.lr"] == "0.001"
-    assert [(m.step, m.value) for m in client.get_metric_history(run_id, "reward_mean")] == [(1, 0.25), (2, 0.75), (3, 1.0)]
+    assert [(m.step, m.value) for m in client.get_metric_history(run_id, "reward_mean")] == [
+        (1, 0.25),
+        (2, 0.75),
+        (3, 1.0),
+    ]
     assert [(m.step, m.value) for m in client.get_metric_history(run_id, "sft/loss")] == [(1, 2.5), (2, 1.5)]
     assert client.get_experiment(run.info.experiment_id).name == "rlf-test"
 
@@ -122,7 +126,9 @@ def test_wandb_offline_run_read_back(tmp_path, monkeypatch):
             record.ParseFromString(data)
             kind = record.WhichOneof("record_type")
             if kind == "history":
-                rows.append({item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item})
+                rows.append(
+                    {item.key or "/".join(item.nested_key): json.loads(item.value_json) for item in record.history.item}
+                )
             elif kind == "run":
                 runs.append((record.run.project, record.run.display_name))
         if (runs and len(rows) >= 4) or time.monotonic() > deadline:
@@ -151,7 +157,9 @@ def test_trackio_local_database_read_back(tmp_path):
         """
     )
     env = {"TRACKIO_DIR": str(tmp_path / "trackio"), "PYTHONPATH": f"{ROOT / 'tests'}:{ROOT}", "PATH": "/usr/bin:/bin"}
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     logs = json.loads(out.stdout.strip().splitlines()[-1])
     assert [(r["step"], r["reward_mean"]) for r in logs if "reward_mean" in r] == [(1, 0.25), (2, 0.75)]
@@ -162,12 +170,16 @@ def test_trackio_local_database_read_back(tmp_path):
 def test_a_tracker_that_is_not_installed_is_a_config_error_naming_the_package(tmp_path):
     """``sys.modules[name] = None`` makes a package unimportable, as if it were not installed."""
     (tmp_path / "site").mkdir()
-    (tmp_path / "site" / "sitecustomize.py").write_text("import sys\nsys.modules['wandb'] = None\nsys.modules['mlflow'] = None\n")
+    (tmp_path / "site" / "sitecustomize.py").write_text(
+        "import sys\nsys.modules['wandb'] = None\nsys.modules['mlflow'] = None\n"
+    )
     (tmp_path / "run.yaml").write_text("trainer: {loggers: [tensorboard, wandb, mlflow]}\n")
     out = run_rlf("config", str(tmp_path / "run.yaml"), site=tmp_path / "site", cwd=tmp_path)
     assert out.returncode == 2, out.stdout + out.stderr
-    assert ("trainer.loggers[1]: tracker 'wandb' needs the wandb package, which is not installed: pip install wandb "
-            "(or pip install 'rlfcore[trackers]')") in out.stderr
+    assert (
+        "trainer.loggers[1]: tracker 'wandb' needs the wandb package, which is not installed: pip install wandb "
+        "(or pip install 'rlfcore[trackers]')"
+    ) in out.stderr
     assert "trainer.loggers[2]: tracker 'mlflow' needs the mlflow-skinny package" in out.stderr
     assert "loggers[0]" not in out.stderr  # tensorboard is installed
     bad = run_rlf("config", str(tmp_path / "run.yaml"), "trainer.loggers=[neptune]", cwd=tmp_path)

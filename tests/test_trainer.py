@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import run_rlf
 
+from conftest import run_rlf
 from rlfcore.trainer import grpo
 
 PLUGIN = '''
@@ -39,8 +39,12 @@ def compute_score(sample):
 
 def test_group_advantages_normalise_within_groups():
     adv = grpo.group_advantages([1.0, 0.0, 1.0, 1.0, 0.5, 0.5], ["a", "a", "a", "b", "b", "b"])
-    assert adv[0] == pytest.approx(1 / (3**0.5) * 1.0, rel=1e-3) and adv[1] == pytest.approx(-2 / 3 / (1 / 3**0.5), rel=1e-3)
-    assert adv[3:] == [pytest.approx(1 / 3 / 0.28867, rel=1e-3), pytest.approx(-1 / 6 / 0.28867, rel=1e-3)] + [pytest.approx(-1 / 6 / 0.28867, rel=1e-3)]
+    assert adv[0] == pytest.approx(1 / (3**0.5) * 1.0, rel=1e-3) and adv[1] == pytest.approx(
+        -2 / 3 / (1 / 3**0.5), rel=1e-3
+    )
+    assert adv[3:] == [pytest.approx(1 / 3 / 0.28867, rel=1e-3), pytest.approx(-1 / 6 / 0.28867, rel=1e-3)] + [
+        pytest.approx(-1 / 6 / 0.28867, rel=1e-3)
+    ]
     dr = grpo.group_advantages([1.0, 0.0], ["g", "g"], std_normalize=False)
     assert dr == [0.5, -0.5]
     assert grpo.group_advantages([1.0, 1.0], ["g", "g"]) == [0.0, 0.0]
@@ -51,7 +55,9 @@ def test_policy_loss_clips_only_beyond_the_trust_region():
     logp = torch.log(torch.tensor([[1.1, 1.5, 0.5]]))
     mask = torch.ones(1, 3)
     loss, frac = grpo.policy_loss(logp, old, torch.tensor([1.0]), mask, 0.2, 0.2)
-    assert loss.tolist()[0] == pytest.approx([-1.1, -1.2, -0.5], rel=1e-5)  # 1.5 clipped to 1.2 for a positive advantage
+    assert loss.tolist()[0] == pytest.approx(
+        [-1.1, -1.2, -0.5], rel=1e-5
+    )  # 1.5 clipped to 1.2 for a positive advantage
     assert frac.item() == pytest.approx(1 / 3)
     loss_neg, _ = grpo.policy_loss(logp, old, torch.tensor([-1.0]), mask, 0.2, 0.2)
     assert loss_neg.tolist()[0] == pytest.approx([1.1, 1.5, 0.8], rel=1e-5)  # 0.5 clipped to 0.8 for a negative one
@@ -64,7 +70,9 @@ def test_micro_batch_accumulation_equals_one_pass(how):
     mask = (torch.rand(4, 6) > 0.3).float()
     total_tokens, total_seqs = mask.sum().item(), 4.0
     whole = grpo.aggregate(per_token, mask, how, total_tokens, total_seqs)
-    parts = grpo.aggregate(per_token[:2], mask[:2], how, total_tokens, total_seqs) + grpo.aggregate(per_token[2:], mask[2:], how, total_tokens, total_seqs)
+    parts = grpo.aggregate(per_token[:2], mask[:2], how, total_tokens, total_seqs) + grpo.aggregate(
+        per_token[2:], mask[2:], how, total_tokens, total_seqs
+    )
     assert parts.item() == pytest.approx(whole.item(), rel=1e-6)
 
 
@@ -89,7 +97,12 @@ def _project(tmp_path: Path, steps: int, sft_steps: int = 0) -> Path:
     rows = [{"id": f"r{i}", "prompt": f"Say something about {i}."} for i in range(8)]
     (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     demos = [
-        {"messages": [{"role": "user", "content": f"Say something about {i}."}, {"role": "assistant", "content": f"{'AB'[i % 2]} is fine"}]}
+        {
+            "messages": [
+                {"role": "user", "content": f"Say something about {i}."},
+                {"role": "assistant", "content": f"{'AB'[i % 2]} is fine"},
+            ]
+        }
         for i in range(8)
     ]
     (tmp_path / "demos.jsonl").write_text("".join(json.dumps(d) + "\n" for d in demos))
@@ -127,8 +140,22 @@ def test_train_writes_the_run_folder_and_resume_matches_an_uninterrupted_run(tmp
     assert len(list((run / "samples").iterdir())) == 4
     metrics = _metrics(run)
     assert [m["step"] for m in metrics] == [1, 2, 3, 4]
-    for key in ("reward_mean", "reward_std", "reward/starts_with_a", "tool_calls_per_trajectory", "tool_error_rate",
-                "response_length", "generate_s", "tools_s", "score_s", "train_s", "loss", "kl", "grad_norm", "lr"):
+    for key in (
+        "reward_mean",
+        "reward_std",
+        "reward/starts_with_a",
+        "tool_calls_per_trajectory",
+        "tool_error_rate",
+        "response_length",
+        "generate_s",
+        "tools_s",
+        "score_s",
+        "train_s",
+        "loss",
+        "kl",
+        "grad_norm",
+        "lr",
+    ):
         assert key in metrics[0], key
     assert any(k.startswith("stop/") for k in metrics[0])
     assert metrics[0]["logprob_drift"] < 1e-3  # engine and trainer agree on the tokens' logprobs
@@ -151,8 +178,18 @@ def test_train_writes_the_run_folder_and_resume_matches_an_uninterrupted_run(tmp
 def test_grpo_raises_a_learnable_reward(tmp_path):
     """After SFT on answers starting with A or B alike, GRPO paying for A must shift the policy to A."""
     config = _project(tmp_path, steps=20, sft_steps=40)
-    out = run_rlf("train", str(config), "--run-dir", str(tmp_path / "run"), "trainer.prompts_per_step=4", "rollout.n=8",
-                  "trainer.checkpoint_every=20", "sft.lr=0.01", "trainer.lr=0.003", cwd=tmp_path)
+    out = run_rlf(
+        "train",
+        str(config),
+        "--run-dir",
+        str(tmp_path / "run"),
+        "trainer.prompts_per_step=4",
+        "rollout.n=8",
+        "trainer.checkpoint_every=20",
+        "sft.lr=0.01",
+        "trainer.lr=0.003",
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["reward_last_10pct"] >= summary["reward_first_10pct"] + 0.3, summary
@@ -167,8 +204,18 @@ def test_sft_learns_the_demonstrated_answer_and_rescore_recomputes(tmp_path):
 
     evaluated = tmp_path / "eval.jsonl"
     model = tmp_path / "sft" / "checkpoints" / "sft" / "model"
-    out = run_rlf("eval", str(config), f"model.path={model}", "data.eval=rows.jsonl", "--limit", "2", "--out", str(evaluated),
-                  "rollout.sampling.temperature=0", cwd=tmp_path)
+    out = run_rlf(
+        "eval",
+        str(config),
+        f"model.path={model}",
+        "data.eval=rows.jsonl",
+        "--limit",
+        "2",
+        "--out",
+        str(evaluated),
+        "rollout.sampling.temperature=0",
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     records = [json.loads(x) for x in evaluated.read_text().splitlines()]
     assert all(r["messages"][-1]["content"][:1] in ("A", "B") for r in records)  # learned from the demonstrations
@@ -177,7 +224,9 @@ def test_sft_learns_the_demonstrated_answer_and_rescore_recomputes(tmp_path):
         "from rlfcore import hookimpl\n\n@hookimpl\ndef compute_score(sample):\n    return float(sample.response.startswith('B'))\n"
     )
     (tmp_path / "rescore.yaml").write_text("local_plugins: [pay_b.py]\n")
-    out = run_rlf("rescore", str(evaluated), str(tmp_path / "rescore.yaml"), "--out", str(tmp_path / "new.jsonl"), cwd=tmp_path)
+    out = run_rlf(
+        "rescore", str(evaluated), str(tmp_path / "rescore.yaml"), "--out", str(tmp_path / "new.jsonl"), cwd=tmp_path
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     new = [json.loads(x) for x in (tmp_path / "new.jsonl").read_text().splitlines()]
     starts_b = [float(r["messages"][-1]["content"].startswith("B")) for r in records]

@@ -71,7 +71,12 @@ class Scalar:
         return 0.25
 
 
-SCRIPTS = {"right": [call(1, 2), "3"], "wrong_answer": [call(1, 2), "4"], "wrong_call": [call(2, 2), "3"], "neither": [call(2, 2), "4"]}
+SCRIPTS = {
+    "right": [call(1, 2), "3"],
+    "wrong_answer": [call(1, 2), "4"],
+    "wrong_call": [call(2, 2), "3"],
+    "neither": [call(2, 2), "4"],
+}
 TOTALS = {"right": 1.5, "wrong_answer": 0.5, "wrong_call": 1.0, "neither": 0.0}
 
 
@@ -199,11 +204,28 @@ def test_local_trainer_trains_with_return_to_go_and_writes_metrics(tmp_path):
     config = {
         "plugins": ["turns"],
         "seed": 1,
-        "model": {"path": "model", "init": {"texts": ["rows.jsonl"], "vocab_size": 300, "hidden_size": 32, "num_layers": 1,
-                                            "num_heads": 2, "num_kv_heads": 1, "intermediate_size": 64}},
+        "model": {
+            "path": "model",
+            "init": {
+                "texts": ["rows.jsonl"],
+                "vocab_size": 300,
+                "hidden_size": 32,
+                "num_layers": 1,
+                "num_heads": 2,
+                "num_kv_heads": 1,
+                "intermediate_size": 64,
+            },
+        },
         "rollout": {"n": 4, "max_turns": 3, "sampling": {"max_tokens": 200}},
-        "trainer": {"steps": 2, "prompts_per_step": 2, "micro_batch_size": 3, "turn_advantage": "return_to_go",
-                    "samples_per_step": 4, "lr": 0.01, "checkpoint_every": 10},
+        "trainer": {
+            "steps": 2,
+            "prompts_per_step": 2,
+            "micro_batch_size": 3,
+            "turn_advantage": "return_to_go",
+            "samples_per_step": 4,
+            "lr": 0.01,
+            "checkpoint_every": 10,
+        },
         "engine": {"device": "cpu"},
     }
     runtime = make_runtime(config, {"turns": PerTurn()})

@@ -25,13 +25,13 @@ import pytest
 pytest.importorskip("starlette")
 pytest.importorskip("tokenizers")
 
-from rlfcore.chat import HFChatTokenizer  # noqa: E402
-from rlfcore.data import normalize_row  # noqa: E402
-from rlfcore.engines.base import Generation, SamplingParams  # noqa: E402
-from rlfcore.engines.scripted import ScriptedEngine  # noqa: E402
-from rlfcore.loop import Rollout  # noqa: E402
-from rlfcore.rewards import RewardPipeline  # noqa: E402
-from rlfcore.testing import make_runtime  # noqa: E402
+from rlfcore.chat import HFChatTokenizer
+from rlfcore.data import normalize_row
+from rlfcore.engines.base import Generation, SamplingParams
+from rlfcore.engines.scripted import ScriptedEngine
+from rlfcore.loop import Rollout
+from rlfcore.rewards import RewardPipeline
+from rlfcore.testing import make_runtime
 
 PLUGIN = '''
 """Test tools for the UI: an adder, a tool that outlives its timeout, and a scorer that fails on one row."""
@@ -70,7 +70,10 @@ CALL_ADD = '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_
 CALL_SLOW = '<tool_call>\n{"name": "slow", "arguments": {"seconds": 5}}\n</tool_call>'
 
 ROWS = {
-    "good": [{"id": "q1", "prompt": "What is 2+3?", "ground_truth": "5"}, {"id": "q2", "prompt": "What is 4+4?", "ground_truth": "8"}],
+    "good": [
+        {"id": "q1", "prompt": "What is 2+3?", "ground_truth": "5"},
+        {"id": "q2", "prompt": "What is 4+4?", "ground_truth": "8"},
+    ],
     "mismatch": [{"id": "ws", "prompt": "What is 2+3, with spaces?", "ground_truth": "5"}],
     "timeouts": [{"id": "slow", "prompt": "Wait for it.", "ground_truth": "done"}],
     "badreward": [{"id": "boom", "prompt": "Score me.", "ground_truth": "boom"}],
@@ -109,13 +112,15 @@ def build_tokenizer(folder: Path) -> HFChatTokenizer:
 
 def write_config(folder: Path, plugin: Path) -> Path:
     cfg = folder / "run.yaml"
-    cfg.write_text(textwrap.dedent(f"""\
+    cfg.write_text(
+        textwrap.dedent(f"""\
         local_plugins: [{plugin}]
-        model: {{path: {folder / 'model'}}}
-        data: {{train: {folder / 'rows.jsonl'}}}
+        model: {{path: {folder / "model"}}}
+        data: {{train: {folder / "rows.jsonl"}}}
         rollout: {{n: 4, max_turns: 3}}
         trainer: {{steps: 3}}
-        """))
+        """)
+    )
     (folder / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for rows in ROWS.values() for r in rows))
     return cfg
 
@@ -139,12 +144,20 @@ def metrics_line(step: int, records: list[dict[str, Any]]) -> dict[str, Any]:
     n, calls = len(records), sum(r["tool_calls"] for r in records)
     rewards = [r["reward"] for r in records]
     out = {
-        "step": step, "reward_mean": statistics.fmean(rewards), "reward_std": statistics.pstdev(rewards),
-        "tool_calls_per_trajectory": calls / n, "tool_use": sum(1 for r in records if r["tool_calls"]) / n,
+        "step": step,
+        "reward_mean": statistics.fmean(rewards),
+        "reward_std": statistics.pstdev(rewards),
+        "tool_calls_per_trajectory": calls / n,
+        "tool_use": sum(1 for r in records if r["tool_calls"]) / n,
         "tool_error_rate": sum(r["tool_errors"] for r in records) / calls if calls else 0.0,
         "response_length": statistics.fmean(r["generated_tokens"] for r in records),
-        "reward_errors": sum(1 for r in records if r["reward_error"]), "kl": 0.01 * step, "loss": 0.1 / step,
-        "rollout_s": 0.5, "score_s": 0.01, "train_s": 0.2, "step_s": 0.71,
+        "reward_errors": sum(1 for r in records if r["reward_error"]),
+        "kl": 0.01 * step,
+        "loss": 0.1 / step,
+        "rollout_s": 0.5,
+        "score_s": 0.01,
+        "train_s": 0.2,
+        "step_s": 0.71,
     }
     comps: dict[str, list[float]] = {}
     for r in records:
@@ -194,7 +207,9 @@ def ui_world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "live": write_run(runs / "live", [good], base / "model", finished=False),
         "mismatch": write_run(runs / "mismatch", [roll(config, tok, ROWS["mismatch"])], base / "model"),
         "timeouts": write_run(runs / "timeouts", [roll(config, tok, ROWS["timeouts"] + ROWS["good"])], base / "model"),
-        "badreward": write_run(runs / "badreward", [roll(config, tok, ROWS["badreward"] + ROWS["good"])], base / "model"),
+        "badreward": write_run(
+            runs / "badreward", [roll(config, tok, ROWS["badreward"] + ROWS["good"])], base / "model"
+        ),
     }
     return {"base": base, "runs": runs, "config": config, "made": made, "good": good}
 
@@ -306,17 +321,23 @@ def test_tools_page_lists_tools_and_calls_them_through_the_executor(client, ui_w
     page = client.get(f"/tools?config={ui_world['config']}").text
     assert 'data-tool="add"' in page and 'data-tool="slow"' in page and "Add two integers." in page
     plugin = page.split('name="plugin" value="')[1].split('"')[0]
-    ok = client.post("/tools/call", data={"config": str(ui_world["config"]), "plugin": plugin, "name": "add",
-                                          "arguments": '{"a": 20, "b": 22}'}).text
-    assert '<pre class="result-content">42</pre>' in ok and "error: <span class=\"ok\">none" in ok
-    slow = client.post("/tools/call", data={"config": str(ui_world["config"]), "plugin": plugin, "name": "slow",
-                                            "arguments": "{}"}).text
+    ok = client.post(
+        "/tools/call",
+        data={"config": str(ui_world["config"]), "plugin": plugin, "name": "add", "arguments": '{"a": 20, "b": 22}'},
+    ).text
+    assert '<pre class="result-content">42</pre>' in ok and 'error: <span class="ok">none' in ok
+    slow = client.post(
+        "/tools/call", data={"config": str(ui_world["config"]), "plugin": plugin, "name": "slow", "arguments": "{}"}
+    ).text
     assert "timeout" in slow
-    bad = client.post("/tools/call", data={"config": str(ui_world["config"]), "plugin": plugin, "name": "add",
-                                           "arguments": "{a: 1"}).text
+    bad = client.post(
+        "/tools/call", data={"config": str(ui_world["config"]), "plugin": plugin, "name": "add", "arguments": "{a: 1"}
+    ).text
     assert "malformed" in bad and "not JSON" in bad
-    schema = client.post("/tools/call", data={"config": str(ui_world["config"]), "plugin": plugin, "name": "add",
-                                              "arguments": '{"a": "x", "b": 1}'}).text
+    schema = client.post(
+        "/tools/call",
+        data={"config": str(ui_world["config"]), "plugin": plugin, "name": "add", "arguments": '{"a": "x", "b": 1}'},
+    ).text
     assert "schema" in schema
     stats = client.get(f"/tools?run=timeouts&config={ui_world['config']}").text
     assert "error kinds: timeout" in stats
@@ -327,8 +348,10 @@ def test_tools_page_lists_tools_and_calls_them_through_the_executor(client, ui_w
 def test_data_page_previews_rows_and_validates_configs(client, ui_world) -> None:
     page = client.get(f"/data?config={ui_world['config']}").text
     assert "What is 2+3?" in page and "Prompt length" in page and "tokens" in page
-    bad = client.post("/config/validate", data={"text": "rollout:\n  n: many\n  max_turnz: 3\ntrainer: {steps: -1}\n",
-                                                "overrides": ""}).text
+    bad = client.post(
+        "/config/validate",
+        data={"text": "rollout:\n  n: many\n  max_turnz: 3\ntrainer: {steps: -1}\n", "overrides": ""},
+    ).text
     assert "rollout.n" in bad and "rollout.max_turnz" in bad and "did you mean" in bad
     assert "(yaml)" in client.post("/config/validate", data={"text": "a: [", "overrides": ""}).text
     good = client.post("/config/validate", data={"text": "rollout: {n: 2}", "overrides": "trainer.steps=5"}).text
@@ -337,13 +360,22 @@ def test_data_page_previews_rows_and_validates_configs(client, ui_world) -> None
 
 def test_launch_stop_and_refusals(client, ui_world) -> None:
     """A real ``rlf eval`` launched and stopped; verl's dry run shown; bad launches refused."""
-    refused = client.post("/launch", data={"kind": "train", "config": str(ui_world["config"]), "run_name": "finished"}).text
+    refused = client.post(
+        "/launch", data={"kind": "train", "config": str(ui_world["config"]), "run_name": "finished"}
+    ).text
     assert "already holds a run" in refused
-    assert "must be a folder under" in client.post("/launch", data={"kind": "train", "config": str(ui_world["config"]),
-                                                                   "run_name": "../escape"}).text
+    assert (
+        "must be a folder under"
+        in client.post(
+            "/launch", data={"kind": "train", "config": str(ui_world["config"]), "run_name": "../escape"}
+        ).text
+    )
     assert "no such config" in client.post("/launch", data={"config": "/nope.yaml", "run_name": "x"}).text
-    done = client.post("/launch", data={"kind": "eval", "config": str(ui_world["config"]), "run_name": "launched"},
-                       follow_redirects=False)
+    done = client.post(
+        "/launch",
+        data={"kind": "eval", "config": str(ui_world["config"]), "run_name": "launched"},
+        follow_redirects=False,
+    )
     assert done.status_code == 303 and done.headers["location"] == "/run?run=launched"
     run = ui_world["runs"] / "launched"
     record = json.loads((run / "ui_launch.json").read_text())
@@ -378,14 +410,24 @@ def test_a_100_mb_samples_file_is_paged_not_loaded(tmp_path: Path, ui_world: dic
     with path.open("w") as f:
         i = 0
         while f.tell() < 100 << 20:
-            rec = {**template, "id": f"r{i // 8}#{i % 8}", "row_id": f"r{i // 8}", "prompt_ids": list(range(6000)),
-                   "reward": (i % 8) / 8}
+            rec = {
+                **template,
+                "id": f"r{i // 8}#{i % 8}",
+                "row_id": f"r{i // 8}",
+                "prompt_ids": list(range(6000)),
+                "reward": (i % 8) / 8,
+            }
             f.write(json.dumps(rec) + "\n")
             i += 1
     size_mb = path.stat().st_size / 2**20
-    pages = {"page 21": "/trajectories?run=big&page=20", "first page again": "/trajectories?run=big",
-             "last sample": f"/sample?run=big&i={i - 1}", "its tokens": f"/tokens?run=big&i={i - 1}",
-             "run page": "/run?run=big", "banner": "/banner?run=big"}
+    pages = {
+        "page 21": "/trajectories?run=big&page=20",
+        "first page again": "/trajectories?run=big",
+        "last sample": f"/sample?run=big&i={i - 1}",
+        "its tokens": f"/tokens?run=big&i={i - 1}",
+        "run page": "/run?run=big",
+        "banner": "/banner?run=big",
+    }
     with TestClient(create_app(tmp_path / "runs")) as c:
         t0 = time.perf_counter()
         first = c.get("/trajectories?run=big")  # builds the index
@@ -411,10 +453,12 @@ def test_a_100_mb_samples_file_is_paged_not_loaded(tmp_path: Path, ui_world: dic
             json.loads(line)
     parse_s = time.perf_counter() - t0
     with capsys.disabled():
-        print(f"\n[ui] {size_mb:.0f} MB samples file, {i} trajectories: first visit (index + page) {index_s:.2f} s "
-              f"(json.loads of every line alone: {parse_s:.2f} s); then "
-              + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in took.items())
-              + f"; peak memory of those pages {peak / 2**20:.1f} MiB")
+        print(
+            f"\n[ui] {size_mb:.0f} MB samples file, {i} trajectories: first visit (index + page) {index_s:.2f} s "
+            f"(json.loads of every line alone: {parse_s:.2f} s); then "
+            + ", ".join(f"{k} {v * 1000:.0f} ms" for k, v in took.items())
+            + f"; peak memory of those pages {peak / 2**20:.1f} MiB"
+        )
 
 
 def test_docs_page_shows_screenshots_that_exist_and_are_small() -> None:

@@ -13,17 +13,28 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
 CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--no-sandbox", "--disable-background-networking", "--disable-gpu", "--disable-component-update", "--disable-sync"]
+ARGS = [
+    "--no-sandbox",
+    "--disable-background-networking",
+    "--disable-gpu",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 if not Path(CHROMIUM).exists():
-    if os.environ.get("RLF_REQUIRE_BROWSER"):  # set by .ci/run, which installs it: a skip there would hide a broken install
-        raise RuntimeError(f"no Chromium at {CHROMIUM} although RLF_REQUIRE_BROWSER is set: scripts/install-chromium.sh failed?")
+    if os.environ.get(
+        "RLF_REQUIRE_BROWSER"
+    ):  # set by .ci/run, which installs it: a skip there would hide a broken install
+        raise RuntimeError(
+            f"no Chromium at {CHROMIUM} although RLF_REQUIRE_BROWSER is set: scripts/install-chromium.sh failed?"
+        )
     pytest.skip(f"no Chromium at {CHROMIUM}: run scripts/install-chromium.sh", allow_module_level=True)
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
 uvicorn = pytest.importorskip("uvicorn")
@@ -39,18 +50,26 @@ def shots(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureReque
     yield folder
     reporter = request.config.pluginmanager.get_plugin("terminalreporter")
     if reporter is not None:
-        reporter.write_line(f"\n[ui] browser screenshots: {', '.join(sorted(p.name for p in folder.glob('*.png')))} in {folder}")
+        reporter.write_line(
+            f"\n[ui] browser screenshots: {', '.join(sorted(p.name for p in folder.glob('*.png')))} in {folder}"
+        )
 
 
 @pytest.fixture(scope="module")
-def server(ui_world: dict[str, Any]) -> Iterator[str]:  # noqa: F811
+def server(ui_world: dict[str, Any]) -> Iterator[str]:
     from rlfcore.ui import create_app
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    srv = uvicorn.Server(uvicorn.Config(create_app(ui_world["runs"], ui_world["config"], poll_ms=400),
-                                        host="127.0.0.1", port=port, log_level="warning"))
+    srv = uvicorn.Server(
+        uvicorn.Config(
+            create_app(ui_world["runs"], ui_world["config"], poll_ms=400),
+            host="127.0.0.1",
+            port=port,
+            log_level="warning",
+        )
+    )
     thread = threading.Thread(target=srv.run, daemon=True)
     thread.start()
     deadline = time.time() + 30
@@ -99,8 +118,9 @@ def test_runs_list_and_compare(page: Any, server: str, shots: Path) -> None:
     page.screenshot(path=str(shots / "compare.png"), full_page=True)
 
 
-def test_live_curve_gains_a_point_when_a_metrics_line_is_appended(page: Any, server: str, shots: Path,
-                                                                  ui_world: dict[str, Any]) -> None:  # noqa: F811
+def test_live_curve_gains_a_point_when_a_metrics_line_is_appended(
+    page: Any, server: str, shots: Path, ui_world: dict[str, Any]
+) -> None:
     live = ui_world["made"]["live"]
     page.goto(server + "/run?run=live")
     page.wait_for_selector('#charts .chart[data-chart="reward"] canvas')
@@ -108,14 +128,24 @@ def test_live_curve_gains_a_point_when_a_metrics_line_is_appended(page: Any, ser
     step = before + 1
     answered = [r for r in ui_world["good"] if r["stop_reason"] == "answer"]  # this step logs no stop/no_tool_call
     append_step(live, step, answered)
-    page.wait_for_function(f"document.querySelector('#charts .chart[data-chart=\"reward\"]').dataset.points == '{step}'",
-                           timeout=10_000)
+    page.wait_for_function(
+        f"document.querySelector('#charts .chart[data-chart=\"reward\"]').dataset.points == '{step}'", timeout=10_000
+    )
     assert page.inner_text("#run-step") == str(step)  # the header follows the feed too
-    last = dict(page.evaluate("""() => {
+    last = dict(
+        page.evaluate("""() => {
         const c = document.querySelector('#charts .chart[data-chart="stop reasons (samples per step)"]')._chart;
-        return c.series.slice(1).map((s, i) => [s.label, c.data[i + 1][c.data[0].length - 1]]); }"""))
-    assert last == {"stop/answer": len(answered), "stop/no_tool_call": 0}, last  # a reason a step did not see is 0, not a gap
-    for title in ("tool calls and errors", "stop reasons (samples per step)", "KL and logprob drift", "step time split (s)"):
+        return c.series.slice(1).map((s, i) => [s.label, c.data[i + 1][c.data[0].length - 1]]); }""")
+    )
+    assert last == {"stop/answer": len(answered), "stop/no_tool_call": 0}, (
+        last
+    )  # a reason a step did not see is 0, not a gap
+    for title in (
+        "tool calls and errors",
+        "stop reasons (samples per step)",
+        "KL and logprob drift",
+        "step time split (s)",
+    ):
         assert page.locator(f'#charts .chart[data-chart="{title}"] canvas').count() == 1, title
     (live / "train.log").write_text("step 1 reward 0.5\nstep 2 reward 0.5\n")
     page.wait_for_selector("#log pre.log", timeout=10_000)
@@ -160,7 +190,7 @@ def test_two_samples_side_by_side(page: Any, server: str, shots: Path) -> None:
     page.screenshot(path=str(shots / "side-by-side.png"), full_page=True)
 
 
-def test_call_a_tool_from_the_tools_page(page: Any, server: str, shots: Path, ui_world: dict[str, Any]) -> None:  # noqa: F811
+def test_call_a_tool_from_the_tools_page(page: Any, server: str, shots: Path, ui_world: dict[str, Any]) -> None:
     page.goto(server + f"/tools?config={ui_world['config']}")
     tool = page.locator('section.tool[data-tool="add"]')
     tool.locator("textarea").fill(json.dumps({"a": 20, "b": 22}))
@@ -176,7 +206,7 @@ def test_call_a_tool_from_the_tools_page(page: Any, server: str, shots: Path, ui
     page.screenshot(path=str(shots / "tools.png"), full_page=True)
 
 
-def test_validate_a_config_on_the_data_page(page: Any, server: str, shots: Path, ui_world: dict[str, Any]) -> None:  # noqa: F811
+def test_validate_a_config_on_the_data_page(page: Any, server: str, shots: Path, ui_world: dict[str, Any]) -> None:
     page.goto(server + f"/data?config={ui_world['config']}")
     page.wait_for_selector("pre.rendered")
     page.fill('textarea[name="text"]', "rollout:\n  n: many\n  max_turnz: 3\n")

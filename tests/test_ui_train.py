@@ -18,10 +18,12 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import pytest
+
 from conftest import ROOT
 
 pytest.importorskip("uvicorn")
@@ -30,8 +32,17 @@ httpx = pytest.importorskip("httpx")
 
 EXAMPLE = ROOT / "examples" / "calculator"
 STEPS, SFT_STEPS = 4, 5
-SHORT = [f"sft.steps={SFT_STEPS}", "sft.batch_size=8", f"trainer.steps={STEPS}", "trainer.prompts_per_step=2", "rollout.n=4",
-         "trainer.samples_per_step=8", "model.init.hidden_size=32", "model.init.num_layers=1", "model.init.intermediate_size=64"]
+SHORT = [
+    f"sft.steps={SFT_STEPS}",
+    "sft.batch_size=8",
+    f"trainer.steps={STEPS}",
+    "trainer.prompts_per_step=2",
+    "rollout.n=4",
+    "trainer.samples_per_step=8",
+    "model.init.hidden_size=32",
+    "model.init.num_layers=1",
+    "model.init.intermediate_size=64",
+]
 CHROMIUM = "/usr/bin/chromium"
 
 
@@ -50,16 +61,18 @@ def free_port() -> int:
 def start(argv: list[str], log: Path, cwd: Path | None = None) -> subprocess.Popen:
     """``python -m rlfcore ARGV`` in its own process, its output to ``log`` (a pipe nobody reads could fill)."""
     with log.open("w") as out:
-        return subprocess.Popen([sys.executable, "-m", "rlfcore", *argv], cwd=cwd, env=env(), stdout=out,
-                                stderr=subprocess.STDOUT)
+        return subprocess.Popen(
+            [sys.executable, "-m", "rlfcore", *argv], cwd=cwd, env=env(), stdout=out, stderr=subprocess.STDOUT
+        )
 
 
 def tail(log: Path) -> str:
     return log.read_text(errors="replace")[-3000:] if log.exists() else ""
 
 
-def wait_for(what: str, check: Callable[[], Any], timeout: float, proc: subprocess.Popen | None = None,
-             log: Path | None = None) -> Any:
+def wait_for(
+    what: str, check: Callable[[], Any], timeout: float, proc: subprocess.Popen | None = None, log: Path | None = None
+) -> Any:
     """Poll ``check`` until it returns something truthy; fail naming ``what`` (and the process's output)."""
     deadline = time.time() + timeout
     while time.time() < deadline:
@@ -87,8 +100,19 @@ def ui_server(example: Path) -> Iterator[httpx.Client]:
     """``rlf ui RUNS`` on a free loopback port, as a user starts it."""
     port = free_port()
     log = example.parent / "ui.out"
-    proc = start(["ui", str(example.parent / "runs"), "--port", str(port), "--poll", "0.3",
-                  "--config", str(example / "run.yaml")], log)
+    proc = start(
+        [
+            "ui",
+            str(example.parent / "runs"),
+            "--port",
+            str(port),
+            "--poll",
+            "0.3",
+            "--config",
+            str(example / "run.yaml"),
+        ],
+        log,
+    )
     client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30)
 
     def up() -> bool:
@@ -113,9 +137,9 @@ def row_of(client: httpx.Client, run: str) -> str:
 
 
 @pytest.mark.slow
-def test_rlf_ui_shows_the_embedded_default_while_it_trains_and_after(example: Path, ui_server: httpx.Client,
-                                                                     tmp_path_factory: pytest.TempPathFactory,
-                                                                     request: pytest.FixtureRequest) -> None:
+def test_rlf_ui_shows_the_embedded_default_while_it_trains_and_after(
+    example: Path, ui_server: httpx.Client, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> None:
     shots = Path(os.environ.get("RLF_UI_SCREENSHOTS") or tmp_path_factory.mktemp("ui-screenshots"))
     shots.mkdir(parents=True, exist_ok=True)
     ui = ui_server
@@ -139,9 +163,13 @@ def test_rlf_ui_shows_the_embedded_default_while_it_trains_and_after(example: Pa
             page = ui.get("/run?run=calculator")
             assert page.status_code == 200 and 'id="charts"' in page.text
             sft = ui.get("/api/metrics?run=calculator&file=sft_metrics.jsonl").json()["rows"]
-            assert [r["step"] for r in sft] == list(range(1, SFT_STEPS + 1)) and all("loss" in r for r in sft)  # the warm start's curve
+            assert [r["step"] for r in sft] == list(range(1, SFT_STEPS + 1)) and all(
+                "loss" in r for r in sft
+            )  # the warm start's curve
             trajs = ui.get("/trajectories?run=calculator").text
-            assert trajs.count('class="sample-link"') == 8, trajs[-2000:]  # 2 prompts x 4 samples, all kept (samples_per_step=8)
+            assert trajs.count('class="sample-link"') == 8, trajs[
+                -2000:
+            ]  # 2 prompts x 4 samples, all kept (samples_per_step=8)
             assert "<td>mcp</td>" in trajs  # the calculator's environment
             if Path(CHROMIUM).exists():
                 browser = Browser(str(ui.base_url))
@@ -169,8 +197,9 @@ def test_rlf_ui_shows_the_embedded_default_while_it_trains_and_after(example: Pa
         assert ui.get("/tokens?run=calculator&i=0").status_code == 200  # decoded with the run's checkpoint tokenizer
         if browser is not None:
             browser.points(STEPS)
-            browser.page.wait_for_function("document.getElementById('run-status').textContent == 'finished'",
-                                           timeout=10_000)
+            browser.page.wait_for_function(
+                "document.getElementById('run-status').textContent == 'finished'", timeout=10_000
+            )
             assert browser.page.inner_text("#run-step") == str(STEPS)
             browser.page.screenshot(path=str(shots / "calculator-finished.png"), full_page=True)
             browser.page.goto(f"{ui.base_url}/")
@@ -199,8 +228,11 @@ class Browser:
     def __init__(self, base: str) -> None:
         sync_api = pytest.importorskip("playwright.sync_api")
         self._pw = sync_api.sync_playwright().start()
-        self._browser = self._pw.chromium.launch(executable_path=CHROMIUM, headless=True,
-                                                 args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"])
+        self._browser = self._pw.chromium.launch(
+            executable_path=CHROMIUM,
+            headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking"],
+        )
         self.page = self._browser.new_page(viewport={"width": 1280, "height": 900})
         self.page.set_default_timeout(60_000)
         self.errors: list[str] = []
@@ -210,7 +242,8 @@ class Browser:
         """Wait until the reward curve has ``n`` points."""
         self.page.wait_for_function(
             f"(document.querySelector('#charts .chart[data-chart=\"reward\"]') || {{dataset: {{}}}}).dataset.points == '{n}'",
-            timeout=15_000)
+            timeout=15_000,
+        )
 
     def close(self) -> None:
         self._browser.close()

@@ -20,11 +20,20 @@ def verl_step(step: int) -> dict[str, object]:
     """One step's metrics in verl 0.9.1's names (metric_utils, the actor's losses, marked_timer), numpy
     scalars included as verl logs them."""
     return {
-        "critic/score/mean": np.float32(0.25 * step), "critic/score/max": 1.0,
-        "response_length/mean": 40.0 + step, "response_length/clip_ratio": 0.0,
-        "actor/pg_loss": -0.1 * step, "actor/grad_norm": 2.0, "actor/kl_loss": 0.01 * step, "actor/ppo_kl": 0.5,
-        "actor/pg_clipfrac": 0.05, "tool_call_counts/mean": np.float64(1.5),
-        "timing_s/gen": 3.0, "timing_s/reward": 0.5, "timing_s/update_actor": 2.0, "timing_s/step": 6.0,
+        "critic/score/mean": np.float32(0.25 * step),
+        "critic/score/max": 1.0,
+        "response_length/mean": 40.0 + step,
+        "response_length/clip_ratio": 0.0,
+        "actor/pg_loss": -0.1 * step,
+        "actor/grad_norm": 2.0,
+        "actor/kl_loss": 0.01 * step,
+        "actor/ppo_kl": 0.5,
+        "actor/pg_clipfrac": 0.05,
+        "tool_call_counts/mean": np.float64(1.5),
+        "timing_s/gen": 3.0,
+        "timing_s/reward": 0.5,
+        "timing_s/update_actor": 2.0,
+        "timing_s/step": 6.0,
         "perf/max_memory_allocated_gb": 12.0,
     }
 
@@ -107,6 +116,9 @@ def test_a_resumed_verl_run_keeps_the_curves_of_its_kept_steps(verl_logger) -> N
     finally:
         resumed.finish()
     keep_metrics(run, resume=True)  # resumed again from step 2: step 3 and 4 are run again
-    assert [json.loads(line)["step"] for line in (run / "verl_metrics.earlier.jsonl").read_text().splitlines()] == [1, 2]
+    assert [json.loads(line)["step"] for line in (run / "verl_metrics.earlier.jsonl").read_text().splitlines()] == [
+        1,
+        2,
+    ]
     keep_metrics(run, resume=False)  # a fresh run starts its curves anew
     assert not (run / "verl_metrics.earlier.jsonl").exists() and not (run / METRICS_FILE).exists()

@@ -14,8 +14,8 @@ import pytest
 
 pytest.importorskip("verl", reason="verl is not installed (pip install 'rlfcore[verl]')")
 
-from samples import ADDER_PLUGIN  # noqa: E402
-from verl_support import CALL, LOGPROB, ScriptedServerClient, TEXTS, write_run  # noqa: E402
+from samples import ADDER_PLUGIN
+from verl_support import CALL, LOGPROB, TEXTS, ScriptedServerClient, write_run
 
 
 @pytest.fixture(scope="module")
@@ -59,15 +59,18 @@ def _batch(plan, tokenizer):
 
 
 def test_agent_loop_through_verls_worker(plan):
-    import rlfcore.backends.verl.plugin  # noqa: F401  (what verl's entry point imports)
     from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
     from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
+
+    import rlfcore.backends.verl.plugin  # noqa: F401  (what verl's entry point imports)
 
     cfg = plan.config
 
     async def scenario():  # verl's workers keep the event loop they were built in: build them in this one
         reward_worker = RewardLoopWorker(cfg)
-        worker = AgentLoopWorker(cfg, llm_client=None, reward_loop_worker_handles=[_InProcessRewardHandle(reward_worker)])
+        worker = AgentLoopWorker(
+            cfg, llm_client=None, reward_loop_worker_handles=[_InProcessRewardHandle(reward_worker)]
+        )
         worker.llm_client = ScriptedServerClient(worker.tokenizer)
         batch = _batch(plan, worker.tokenizer)
         return worker, batch, await worker.generate_sequences(batch)
@@ -101,7 +104,9 @@ def test_agent_loop_through_verls_worker(plan):
         assert out.batch["rm_scores"][i, valid - 1].item() == expected
     assert out.non_tensor_batch["__num_turns__"].tolist() == [2] * n
     # every request asked for logprobs and a per-turn budget from the rlf loop
-    assert all(r["sampling_params"]["logprobs"] is True and r["sampling_params"]["max_tokens"] <= 64 for r in client.requests)
+    assert all(
+        r["sampling_params"]["logprobs"] is True and r["sampling_params"]["max_tokens"] <= 64 for r in client.requests
+    )
     # the two turns of one trajectory share a request id (verl's sticky sessions keep its prefix cache)
     assert len(client.turns) == n and all(v == 2 for v in client.turns.values())
 
@@ -112,19 +117,20 @@ def test_weight_versions_reach_verls_trainer(plan):
     Here verl's real ``LLMServerClient`` stamps the versions of a server whose weights moved between
     the two turns: the trajectory starts at version 3 and ends at 4."""
     import numpy as np
-
-    import rlfcore.backends.verl.plugin  # noqa: F401
     from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
     from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
     from verl.workers.rollout.llm_server import LLMServerClient
-
     from verl_support import InProcessLoadBalancer, ScriptedVllmServer
+
+    import rlfcore.backends.verl.plugin  # noqa: F401
 
     cfg = plan.config
 
     async def scenario():
         reward_worker = RewardLoopWorker(cfg)
-        worker = AgentLoopWorker(cfg, llm_client=None, reward_loop_worker_handles=[_InProcessRewardHandle(reward_worker)])
+        worker = AgentLoopWorker(
+            cfg, llm_client=None, reward_loop_worker_handles=[_InProcessRewardHandle(reward_worker)]
+        )
         server = ScriptedVllmServer(worker.tokenizer, versions=(3, 4))
         worker.llm_client = LLMServerClient(cfg, load_balancer_handle=InProcessLoadBalancer(server))
         return await worker.generate_sequences(_batch(plan, worker.tokenizer))
@@ -152,7 +158,9 @@ def test_runtime_is_built_once_and_a_bad_config_fails_loudly_once(tmp_path, capl
     (tmp_path / "bad.yaml").write_text("rollout: {n: 0}\n")
 
     async def scenario():
-        a, b = await asyncio.gather(shared_runtime(str(tmp_path / "good.yaml")), shared_runtime(str(tmp_path / "good.yaml")))
+        a, b = await asyncio.gather(
+            shared_runtime(str(tmp_path / "good.yaml")), shared_runtime(str(tmp_path / "good.yaml"))
+        )
         c = await shared_runtime(str(tmp_path / "good.yaml"), ["rollout.n=3"])
         failures = []
         for _ in range(2):

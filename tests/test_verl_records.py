@@ -18,7 +18,7 @@ import pytest
 
 pytest.importorskip("verl", reason="verl is not installed (pip install 'rlfcore[verl]')")
 
-from verl_support import TEXTS, InProcessLoadBalancer, ScriptedVllmServer, write_run  # noqa: E402
+from verl_support import TEXTS, InProcessLoadBalancer, ScriptedVllmServer, write_run
 
 TURNS_PLUGIN = '''
 from rlfcore import hookimpl
@@ -55,17 +55,20 @@ def tiny(tmp_path_factory) -> Path:
 
 def _generate(plan, version: int = 0):
     """One step's batch through verl's agent-loop worker, its reward worker and its server client."""
-    import rlfcore.backends.verl.plugin  # noqa: F401  (what verl's entry point imports)
     from verl import DataProto
     from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
     from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
     from verl.utils.dataset.rl_dataset import RLHFDataset, collate_fn
     from verl.workers.rollout.llm_server import LLMServerClient
 
+    import rlfcore.backends.verl.plugin  # noqa: F401  (what verl's entry point imports)
+
     cfg = plan.config
 
     async def scenario():  # verl's workers keep the event loop they were built in
-        worker = AgentLoopWorker(cfg, llm_client=None, reward_loop_worker_handles=[_RewardHandle(RewardLoopWorker(cfg))])
+        worker = AgentLoopWorker(
+            cfg, llm_client=None, reward_loop_worker_handles=[_RewardHandle(RewardLoopWorker(cfg))]
+        )
         server = ScriptedVllmServer(worker.tokenizer, versions=(version, version))
         worker.llm_client = LLMServerClient(cfg, load_balancer_handle=InProcessLoadBalancer(server))
         dataset = RLHFDataset(str(plan.train_file), worker.tokenizer, cfg.data)
@@ -97,7 +100,9 @@ def test_every_scored_sample_leaves_rlfs_record(tiny, tmp_path):
         assert rec["messages"][1]["tool_calls"][0]["function"]["name"] == "add"
         assert rec["tool_calls"] == 1 and rec["tool_errors"] == 0 and rec["stop_reason"] == "answer"
         assert rec["weight_version"] == 2 and rec["turn_rewards"] is None
-        assert rec["prompt_tokens"] > 0 and 0 < rec["generated_tokens"] < rec["response_tokens"]  # the tool output is not generated
+        assert (
+            rec["prompt_tokens"] > 0 and 0 < rec["generated_tokens"] < rec["response_tokens"]
+        )  # the tool output is not generated
     assert sorted(r["reward"] for r in records) == [0.0] * 4 + [1.0] * 4
 
 
@@ -109,13 +114,17 @@ def test_turn_rewards_reach_verl_as_the_samples_total(tiny, tmp_path):
 
     config = write_run(tmp_path, tiny)
     (tmp_path / "turns.py").write_text(TURNS_PLUGIN)
-    text = config.read_text().replace("local_plugins: [adder.py]", "local_plugins: [turns.py, adder.py]\nenvs: {calc: [turns, adder]}")
+    text = config.read_text().replace(
+        "local_plugins: [adder.py]", "local_plugins: [turns.py, adder.py]\nenvs: {calc: [turns, adder]}"
+    )
     config.write_text(text.replace("  train: data.jsonl\n", "  train: data.jsonl\n  default_env: calc\n"))
     plan = prepare(config, [], ["actor_rollout_ref.rollout.agent.num_workers=1"], tmp_path / "out")
     out = _generate(plan)
     valid = out.batch["attention_mask"][:, plan.config.data.max_prompt_length :].sum(dim=1)
     assert out.batch["rm_scores"].sum(dim=1).tolist() == [0.75] * 8
-    assert [out.batch["rm_scores"][i, int(v) - 1].item() for i, v in enumerate(valid)] == [0.75] * 8  # on the last token
+    assert [out.batch["rm_scores"][i, int(v) - 1].item() for i, v in enumerate(valid)] == [
+        0.75
+    ] * 8  # on the last token
     records = _records(tmp_path / "out" / "samples" / "step_000001.jsonl")
     assert [r["turn_rewards"] for r in records] == [[0.25, 0.5]] * 8
     assert all(r["reward"] == 0.75 and r["reward_components"]["score"] == 0.75 for r in records)
@@ -129,12 +138,20 @@ def test_a_record_that_cannot_be_written_costs_no_reward(tiny, tmp_path, caplog)
     config = write_run(tmp_path, tiny)
     blocked = tmp_path / "samples"
     blocked.write_text("a file where the samples folder should be")
-    traj = Trajectory(id="q0#a", row_id="q0", env=None, ground_truth="1",
-                      messages=[{"role": "user", "content": "What is 0 plus 1?"}, {"role": "assistant", "content": "1"}],
-                      num_turns=1, stop_reason="answer")
+    traj = Trajectory(
+        id="q0#a",
+        row_id="q0",
+        env=None,
+        ground_truth="1",
+        messages=[{"role": "user", "content": "What is 0 plus 1?"}, {"role": "assistant", "content": "1"}],
+        num_turns=1,
+        stop_reason="answer",
+    )
     extra = {"rlf": trace_of(traj), "max_global_steps": 0}
     with caplog.at_level("WARNING", logger="rlfcore.verl"):
-        result = asyncio.run(compute_score("adder", "1", "1", extra, rlf_config=str(config), rlf_samples_dir=str(blocked)))
+        result = asyncio.run(
+            compute_score("adder", "1", "1", extra, rlf_config=str(config), rlf_samples_dir=str(blocked))
+        )
     assert result == {"score": 1.0, "rlf_error": 0.0}
     assert "cannot write the record of sample q0#a" in caplog.text and str(blocked) in caplog.text
 

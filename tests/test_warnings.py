@@ -15,23 +15,23 @@ from rlfcore.failures import RunFailed
 from rlfcore.loop import Trajectory
 from rlfcore.testing import make_manager
 
-CONSTANT = '''
+CONSTANT = """
 from rlfcore import hookimpl
 
 
 @hookimpl
 def compute_score(sample):
     return 0.5
-'''
+"""
 
-BROKEN = '''
+BROKEN = """
 from rlfcore import hookimpl
 
 
 @hookimpl
 def compute_score(sample):
     raise RuntimeError("scorer bug")
-'''
+"""
 
 
 def _train(tmp_path: Path, plugin: str, overrides: list[str]):
@@ -52,13 +52,17 @@ def _train(tmp_path: Path, plugin: str, overrides: list[str]):
 
 
 def test_n_1_and_sft_without_steps_are_warned_once_with_what_to_change(tmp_path, capsys):
-    (tmp_path / "demos.jsonl").write_text(json.dumps({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]}) + "\n")
+    (tmp_path / "demos.jsonl").write_text(
+        json.dumps({"messages": [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]}) + "\n"
+    )
     summary = _train(tmp_path, CONSTANT, ["rollout.n=1", "sft.data=demos.jsonl"])
     err = capsys.readouterr().err
     assert "warning: sft.data is set (demos.jsonl) but sft.steps is 0, so SFT is skipped: set sft.steps" in err
     assert err.count("zero reward variance in every group") == 1  # step 1 only, not every step
-    assert "warning: step 1: zero reward variance in every group: all advantages are 0 and the step learns nothing " \
-           "(active_fraction 0); rollout.n is 1, so each group has one sample: set rollout.n to 4 or more" in err
+    assert (
+        "warning: step 1: zero reward variance in every group: all advantages are 0 and the step learns nothing "
+        "(active_fraction 0); rollout.n is 1, so each group has one sample: set rollout.n to 4 or more" in err
+    )
     assert summary["steps_without_signal"] == 2
 
 
@@ -71,7 +75,9 @@ def test_a_step_whose_every_sample_failed_stops_the_run_with_the_cause(tmp_path)
     with pytest.raises(RunFailed) as info:
         _train(tmp_path, BROKEN, [])
     msg = str(info.value)
-    assert msg.startswith("step 1: every trajectory failed, nothing was measured. 4 of 4 trajectories failed: reward RuntimeError ×4")
+    assert msg.startswith(
+        "step 1: every trajectory failed, nothing was measured. 4 of 4 trajectories failed: reward RuntimeError ×4"
+    )
     assert "first: reward: compute_score failed: RuntimeError: scorer bug" in msg
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
 
@@ -84,7 +90,10 @@ def test_failing_tools_and_truncation_are_warned():
     from rlfcore.config import RunConfig
 
     config = RunConfig()
-    trajs = [_traj(i, tool_calls=2, tool_errors=2, tool_error_kinds={"timeout": 2}, truncated=True, reward=float(i)) for i in range(4)]
+    trajs = [
+        _traj(i, tool_calls=2, tool_errors=2, tool_error_kinds={"timeout": 2}, truncated=True, reward=float(i))
+        for i in range(4)
+    ]
     found = dict(trajectory_warnings(trajs, config, groups=True))
     assert "zero_variance" not in found
     assert found["tool_errors"].startswith("tool error rate 1.00 (8 of 8 calls failed: timeout ×8)")

@@ -9,7 +9,6 @@ from typing import Any
 
 from samples import ADDER_PLUGIN
 
-
 CALL = '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>'
 TEXTS = ["What is 2 plus 3? The answer is 5.", CALL] * 20
 LOGPROB = -0.25
@@ -43,7 +42,9 @@ class ScriptedServerClient:
     async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any], **kwargs: Any):
         from verl.workers.rollout.replica import TokenOutput
 
-        self.requests.append({"request_id": request_id, "sampling_params": dict(sampling_params), "prompt_ids": prompt_ids})
+        self.requests.append(
+            {"request_id": request_id, "sampling_params": dict(sampling_params), "prompt_ids": prompt_ids}
+        )
         turn = self.turns[request_id]
         self.turns[request_id] += 1
         if turn == 0:
@@ -79,7 +80,9 @@ class ScriptedVllmServer:
         self.versions = versions
         self.generate = _Remote(self._generate)
 
-    async def _generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any], **kwargs: Any):
+    async def _generate(
+        self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any], **kwargs: Any
+    ):
         from verl.workers.rollout.replica import TokenOutput
 
         prompt = self.tokenizer.decode(prompt_ids)
@@ -90,8 +93,12 @@ class ScriptedVllmServer:
             n = int(prompt.split("What is ")[1].split(" ")[0])
             text = str(n + 1) if n % 2 == 0 else "no idea"
         ids = self.tokenizer.encode(text + "<|im_end|>", add_special_tokens=False)
-        return TokenOutput(token_ids=ids, log_probs=[LOGPROB] * len(ids), stop_reason="completed",
-                           extra_fields={"global_steps": self.versions[turn]})
+        return TokenOutput(
+            token_ids=ids,
+            log_probs=[LOGPROB] * len(ids),
+            stop_reason="completed",
+            extra_fields={"global_steps": self.versions[turn]},
+        )
 
 
 class InProcessLoadBalancer:

@@ -38,7 +38,11 @@ def demo(row: dict, rng: random.Random, call_id: int) -> dict:
     expression = row["prompt"][len("What is ") : -1]
     user = {"role": "user", "content": row["prompt"]}
     if rng.random() < 0.4:
-        call = {"id": f"call_{call_id}", "type": "function", "function": {"name": TOOL, "arguments": {"expression": expression}}}
+        call = {
+            "id": f"call_{call_id}",
+            "type": "function",
+            "function": {"name": TOOL, "arguments": {"expression": expression}},
+        }
         return {
             "messages": [
                 user,

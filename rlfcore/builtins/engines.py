@@ -6,7 +6,8 @@ Factories import their engine (and torch) only when a run asks for it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from rlfcore.chat import ChatTokenizer
 from rlfcore.config import RunConfig
@@ -24,8 +25,12 @@ def _transformers(config: RunConfig, tokenizer: ChatTokenizer) -> Engine:
     if not config.model.path:
         raise ValueError("engine 'transformers' needs model.path: a local model folder")
     return TransformersEngine.from_pretrained(
-        str(config.path(config.model.path)), device=config.engine.device, dtype=config.model.dtype,
-        max_batch_size=config.engine.max_batch_size, threads=config.engine.threads, tokenizer=tokenizer,
+        str(config.path(config.model.path)),
+        device=config.engine.device,
+        dtype=config.model.dtype,
+        max_batch_size=config.engine.max_batch_size,
+        threads=config.engine.threads,
+        tokenizer=tokenizer,
     )
 
 

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from rlfcore.builtins.parsers import parse_hermes
 from rlfcore.context import SetupContext, TurnContext
@@ -60,7 +61,9 @@ def parse_qwen3_coder(text: str, schemas: Mapping[str, dict[str, Any]] | None = 
         raw, body = match.group(0), match.group(1)
         function = _CODER_FUNCTION.match(body)
         if function is None or not function.group(1).strip():
-            calls.append(ToolCall(name="", arguments={}, id=f"call_{k}", raw=raw, error="no <function=NAME> in the tool call"))
+            calls.append(
+                ToolCall(name="", arguments={}, id=f"call_{k}", raw=raw, error="no <function=NAME> in the tool call")
+            )
             continue
         name, inner = function.group(1).strip(), function.group(2)
         properties = ((schemas or {}).get(name) or {}).get("properties") or {}
@@ -71,7 +74,9 @@ def parse_qwen3_coder(text: str, schemas: Mapping[str, dict[str, Any]] | None = 
             arguments[key] = value if typed == "string" else _value(value)
         leftover = _CODER_PARAMETER.sub("", inner).strip()
         error = f"text outside <parameter=...> blocks: {leftover[:60]!r}" if leftover else None
-        calls.append(ToolCall(name=name, arguments=arguments if error is None else {}, id=f"call_{k}", raw=raw, error=error))
+        calls.append(
+            ToolCall(name=name, arguments=arguments if error is None else {}, id=f"call_{k}", raw=raw, error=error)
+        )
     return calls
 
 
@@ -99,6 +104,8 @@ def register_parsers(ctx: SetupContext) -> dict[str, ToolCallParser]:
 def parse_tool_calls(text: str, ctx: TurnContext) -> list[ToolCall] | None:
     """``qwen3-coder`` with the turn's tool schemas, so string parameters stay strings; ``None``
     (the default parse hook) for every other parser."""
-    if ctx.parser != "qwen3-coder" or (ctx.runtime is not None and ctx.runtime.parser(ctx.parser) is not parse_qwen3_coder):
+    if ctx.parser != "qwen3-coder" or (
+        ctx.runtime is not None and ctx.runtime.parser(ctx.parser) is not parse_qwen3_coder
+    ):
         return None
     return parse_qwen3_coder(text, {name: t.parameters for name, t in ctx.tools.items()})

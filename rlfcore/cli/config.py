@@ -24,8 +24,12 @@ def config(config_path: str, overrides: tuple[str, ...]) -> None:
         raise ConfigError(issues, source=config_path)
     model = cfg.model.path
     if model and cfg.model.init is None and not cfg.path(model).exists():
-        click.secho(f"warning: model.path: no folder {cfg.path(model)} and no model.init to build one there: "
-                    "local runs need one (a hub name is only for --backend verl)", fg="yellow", err=True)
+        click.secho(
+            f"warning: model.path: no folder {cfg.path(model)} and no model.init to build one there: "
+            "local runs need one (a hub name is only for --backend verl)",
+            fg="yellow",
+            err=True,
+        )
     for _, message in config_warnings(cfg, training=True):
         click.secho(f"warning: {message}", fg="yellow", err=True)
     click.echo(yaml.safe_dump(cfg.resolved(), sort_keys=False), nl=False)

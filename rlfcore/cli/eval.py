@@ -14,14 +14,25 @@ GREEDY = ["rollout.n=1", "rollout.sampling.temperature=0"]
 @click.command("eval")
 @click.argument("config_path", metavar="CONFIG", type=click.Path(dir_okay=False))
 @click.argument("overrides", nargs=-1, metavar="[dotted.key=value]...")
-@click.option("--engine", help="Engine to use instead of engine.name: transformers, openai, openai-chat, or a plugin's.")
+@click.option(
+    "--engine", help="Engine to use instead of engine.name: transformers, openai, openai-chat, or a plugin's."
+)
 @click.option("--limit", type=click.IntRange(min=1), help="Evaluate only the first N rows.")
-@click.option("--out", type=click.Path(dir_okay=False), help="JSONL file for the trajectories (default: runs/eval-*.jsonl).")
-@click.option("--greedy", is_flag=True, help="The usual evaluation settings: rollout.n=1, temperature 0 (overrides still win).")
+@click.option(
+    "--out", type=click.Path(dir_okay=False), help="JSONL file for the trajectories (default: runs/eval-*.jsonl)."
+)
+@click.option(
+    "--greedy", is_flag=True, help="The usual evaluation settings: rollout.n=1, temperature 0 (overrides still win)."
+)
 @click.pass_context
 def eval_command(
-    ctx: click.Context, config_path: str, overrides: tuple[str, ...], engine: str | None, limit: int | None,
-    out: str | None, greedy: bool,
+    ctx: click.Context,
+    config_path: str,
+    overrides: tuple[str, ...],
+    engine: str | None,
+    limit: int | None,
+    out: str | None,
+    greedy: bool,
 ) -> None:
     """Roll out the rows of data.eval (or data.train) and score them: one JSON line per trajectory,
     then a summary table. Exits 1 when every trajectory failed (endpoint down, a broken scorer)."""
@@ -94,7 +105,11 @@ class _EvalProgress:
         self.tool_use: list[bool] = []
         self.errors = 0
         self.view = bars(
-            TextColumn("eval"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"), TimeElapsedColumn()
+            TextColumn("eval"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[info]}"),
+            TimeElapsedColumn(),
         )
         self.lines = isinstance(self.view, Lines)
         self.task = None if self.lines else self.view.add_task("eval", total=total, info="")

@@ -43,7 +43,9 @@ def list_plugins(as_json: bool, show_all: bool, config_path: str | None) -> None
     for i in infos:
         where = i.distribution or i.source
         state = "broken" if i.error else ("enabled" if i.enabled else "installed")
-        click.secho(f"{i.name} {i.version or ''} ({where}) {state}".replace("  ", " "), bold=True, fg="red" if i.error else None)
+        click.secho(
+            f"{i.name} {i.version or ''} ({where}) {state}".replace("  ", " "), bold=True, fg="red" if i.error else None
+        )
         if i.error:
             click.secho(f"  error: {i.error}", fg="red")
             continue
@@ -72,7 +74,11 @@ def check_plugin(name: str) -> None:
 @plugins.command("new")
 @click.argument("name")
 @click.option(
-    "--dir", "directory", type=click.Path(file_okay=False), default=None, help="Where to write it (default: ./rlf-NAME)."
+    "--dir",
+    "directory",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Where to write it (default: ./rlf-NAME).",
 )
 def new_plugin(name: str, directory: str | None) -> None:
     """Write a new plugin distribution NAME: pyproject, package, a tool, a reward, a test, a README."""

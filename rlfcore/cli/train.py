@@ -23,8 +23,12 @@ class _Bar:
         from rlfcore.cli.progress import Lines, bars
 
         self.progress = bars(
-            TextColumn("{task.description:>4}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
-            TimeElapsedColumn(), TimeRemainingColumn(),
+            TextColumn("{task.description:>4}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[info]}"),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
         )
         self.lines = isinstance(self.progress, Lines)
         self.totals = {"sft": config.sft.steps, "grpo": config.trainer.steps}
@@ -34,8 +38,10 @@ class _Bar:
         if phase == "sft":
             info = f"loss {m['loss']:.3f}"
         else:
-            info = (f"reward {m['reward_mean']:.3f}  tool use {m['tool_use']:.2f}  loss {m['loss']:+.4f}"
-                    f"  step {m.get('step_s', 0.0):.1f} s")
+            info = (
+                f"reward {m['reward_mean']:.3f}  tool use {m['tool_use']:.2f}  loss {m['loss']:+.4f}"
+                f"  step {m.get('step_s', 0.0):.1f} s"
+            )
         total = self.totals[phase]
         if self.lines:
             if phase == "grpo" or m["step"] % max(1, total // 20) == 0 or m["step"] == total:
@@ -71,39 +77,83 @@ See docs/verl.md."""
 @click.command("train", cls=_TrainCommand, epilog=_VERL_EPILOG)
 @click.argument("config_path", metavar="CONFIG", type=click.Path(dir_okay=False))
 @click.argument("overrides", nargs=-1, metavar="[dotted.key=value]... [-- verl.key=value...]")
-@click.option("--run-dir", type=click.Path(file_okay=False), help="Where the run is written (default: runs/<config>-<time>).")
+@click.option(
+    "--run-dir", type=click.Path(file_okay=False), help="Where the run is written (default: runs/<config>-<time>)."
+)
 @click.option("--resume", is_flag=True, help="Continue the run in --run-dir from its last checkpoint.")
-@click.option("--resume-from", type=click.Path(file_okay=False, exists=True),
-              help="Continue the run in --run-dir from this checkpoint (RUN/checkpoints/step_N), not the last one.")
-@click.option("--backend", type=click.Choice(["local", "verl"]), default="local", show_default=True,
-              help="local: one process, CPU or one GPU. verl: Ray, FSDP, vLLM/SGLang rollout, many GPUs.")
-@click.option("--dry-run", is_flag=True, help="verl: convert the data, build and validate verl's config, print it; launch nothing.")
+@click.option(
+    "--resume-from",
+    type=click.Path(file_okay=False, exists=True),
+    help="Continue the run in --run-dir from this checkpoint (RUN/checkpoints/step_N), not the last one.",
+)
+@click.option(
+    "--backend",
+    type=click.Choice(["local", "verl"]),
+    default="local",
+    show_default=True,
+    help="local: one process, CPU or one GPU. verl: Ray, FSDP, vLLM/SGLang rollout, many GPUs.",
+)
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="verl: convert the data, build and validate verl's config, print it; launch nothing.",
+)
 @click.option("--gpus", "gpus_per_node", type=int, default=1, show_default=True, help="verl: GPUs per node.")
 @click.option("--nodes", type=int, default=1, show_default=True, help="verl: nodes of the Ray cluster.")
 @click.option("--ray-address", help="verl: an existing Ray cluster (HOST:PORT or auto); default: a local one.")
-@click.option("--rollout", type=click.Choice(["vllm", "sglang"]), default="vllm", show_default=True, help="verl: rollout engine.")
-@click.option("--tp", "tensor_parallel", type=int, default=1, show_default=True, help="verl: tensor-parallel GPUs per rollout server.")
+@click.option(
+    "--rollout", type=click.Choice(["vllm", "sglang"]), default="vllm", show_default=True, help="verl: rollout engine."
+)
+@click.option(
+    "--tp",
+    "tensor_parallel",
+    type=int,
+    default=1,
+    show_default=True,
+    help="verl: tensor-parallel GPUs per rollout server.",
+)
 @click.pass_context
 def train(
-    ctx: click.Context, config_path: str, overrides: tuple[str, ...], run_dir: str | None, resume: bool, resume_from: str | None, backend: str,
-    dry_run: bool, gpus_per_node: int, nodes: int, ray_address: str | None, rollout: str, tensor_parallel: int,
+    ctx: click.Context,
+    config_path: str,
+    overrides: tuple[str, ...],
+    run_dir: str | None,
+    resume: bool,
+    resume_from: str | None,
+    backend: str,
+    dry_run: bool,
+    gpus_per_node: int,
+    nodes: int,
+    ray_address: str | None,
+    rollout: str,
+    tensor_parallel: int,
 ) -> None:
     """Train with GRPO (after an SFT warm start when sft.data is set), writing metrics, samples,
     checkpoints, a reward curve and a summary to the run folder; or on a cluster with verl."""
     raw = ctx.meta.get("raw_overrides", [])
     if resume_from and backend == "verl":
-        raise click.UsageError("--resume-from is for the local backend; verl resumes from its latest checkpoint (--resume)")
+        raise click.UsageError(
+            "--resume-from is for the local backend; verl resumes from its latest checkpoint (--resume)"
+        )
     resume = resume or bool(resume_from)
     if backend == "verl":
         from rlfcore.backends.verl.hydra import Cluster
         from rlfcore.backends.verl.launch import main as verl_main
 
-        cluster = Cluster(gpus_per_node=gpus_per_node, nodes=nodes, rollout=rollout, ray_address=ray_address,
-                          tensor_parallel=tensor_parallel)
+        cluster = Cluster(
+            gpus_per_node=gpus_per_node,
+            nodes=nodes,
+            rollout=rollout,
+            ray_address=ray_address,
+            tensor_parallel=tensor_parallel,
+        )
         if resume and not run_dir:
             raise click.UsageError("--resume needs --run-dir: the run to continue")
-        ctx.exit(verl_main(config_path, list(overrides), raw, _run_path(config_path, run_dir), cluster, dry_run, click.echo,
-                           resume))
+        ctx.exit(
+            verl_main(
+                config_path, list(overrides), raw, _run_path(config_path, run_dir), cluster, dry_run, click.echo, resume
+            )
+        )
     if dry_run or raw:
         raise click.UsageError("--dry-run and raw overrides after `--` are for --backend verl")
     if resume and not run_dir:
@@ -116,14 +166,18 @@ def train(
     bar = _Bar(config)
     click.echo(f"Run folder: {path}")
     with bar.progress:
-        summary = run_train(config, manager, path, resume=resume, progress=bar, resume_from=Path(resume_from) if resume_from else None)
+        summary = run_train(
+            config, manager, path, resume=resume, progress=bar, resume_from=Path(resume_from) if resume_from else None
+        )
     _summary(summary, path)
 
 
 @click.command("sft")
 @click.argument("config_path", metavar="CONFIG", type=click.Path(dir_okay=False))
 @click.argument("overrides", nargs=-1, metavar="[dotted.key=value]...")
-@click.option("--run-dir", type=click.Path(file_okay=False), help="Where the run is written (default: runs/<config>-<time>).")
+@click.option(
+    "--run-dir", type=click.Path(file_okay=False), help="Where the run is written (default: runs/<config>-<time>)."
+)
 def sft(config_path: str, overrides: tuple[str, ...], run_dir: str | None) -> None:
     """Supervised warm start on sft.data (JSONL of conversations), loss on assistant tokens only."""
     from rlfcore.config import load_config
@@ -134,8 +188,10 @@ def sft(config_path: str, overrides: tuple[str, ...], run_dir: str | None) -> No
     bar = _Bar(config)
     with bar.progress:
         result = sft_only(config, manager, path, progress=bar)
-    click.echo(f"SFT: {result['steps']} steps, loss {result['loss_first']:.3f} -> {result['loss_last']:.3f} "
-               f"in {result['seconds']:.0f} s; model in {result['model']}")
+    click.echo(
+        f"SFT: {result['steps']} steps, loss {result['loss_first']:.3f} -> {result['loss_last']:.3f} "
+        f"in {result['seconds']:.0f} s; model in {result['model']}"
+    )
 
 
 @click.command("rescore")
@@ -194,9 +250,14 @@ def _summary(summary: dict[str, Any], path: Path) -> None:
     if summary.get("steps"):
         table.add_row("reward, first 10% of steps", f"{summary['reward_first_10pct']:.3f}")
         table.add_row("reward, last 10% of steps", f"{summary['reward_last_10pct']:.3f}")
-        table.add_row("tool use, first → last 10%", f"{summary['tool_use_first_10pct']:.2f} → {summary['tool_use_last_10pct']:.2f}")
+        table.add_row(
+            "tool use, first → last 10%",
+            f"{summary['tool_use_first_10pct']:.2f} → {summary['tool_use_last_10pct']:.2f}",
+        )
         if summary.get("steps_without_signal"):
             table.add_row("steps with nothing to learn", f"{summary['steps_without_signal']} (active_fraction 0)")
-    table.add_row("seconds: SFT / GRPO / total", f"{summary['sft_s']:.0f} / {summary['grpo_s']:.0f} / {summary['total_s']:.0f}")
+    table.add_row(
+        "seconds: SFT / GRPO / total", f"{summary['sft_s']:.0f} / {summary['grpo_s']:.0f} / {summary['total_s']:.0f}"
+    )
     Console().print(table)
     click.echo(f"Run folder: {path} (metrics.jsonl, samples/, checkpoints/, reward_curve.png, summary.json)")

@@ -64,5 +64,5 @@ class Engine(abc.ABC):
     async def generate(self, prompt_ids: list[int], params: SamplingParams, request_id: str = "") -> Generation:
         """Continue ``prompt_ids``. ``request_id`` is stable across the turns of one trajectory."""
 
-    async def close(self) -> None:
+    async def close(self) -> None:  # noqa: B027 - most engines hold nothing to release
         """Release servers, sessions and memory."""

@@ -35,7 +35,6 @@ TRAINING_REFUSED = (
 )
 
 
-
 def refuse_chat_engine(config: RunConfig) -> None:
     """Training's guard: a :class:`~rlfcore.config.ConfigError` at ``engine.name`` for a chat engine."""
     from rlfcore.config import ConfigError, ConfigIssue
@@ -122,8 +121,12 @@ class ChatEngine(JSONEndpoint):
                 f"(got {parser!r}); use engine.chat_tools: api to send them in the request's tools field"
             )
         super().__init__(
-            base_url.rstrip("/") + "/chat/completions", api_key=api_key, timeout_s=timeout_s,
-            max_retries=max_retries, backoff_s=backoff_s, max_connections=max_connections,
+            base_url.rstrip("/") + "/chat/completions",
+            api_key=api_key,
+            timeout_s=timeout_s,
+            max_retries=max_retries,
+            backoff_s=backoff_s,
+            max_connections=max_connections,
         )
         self.model = model
         self.tools = tools
@@ -134,7 +137,9 @@ class ChatEngine(JSONEndpoint):
     def from_config(cls, cfg: EngineConfig, parser: str = "hermes") -> ChatEngine:
         if not cfg.base_url:
             raise ValueError("engine 'openai-chat' needs engine.base_url: the API's URL, ending in /v1")
-        return cls(cfg.base_url, cfg.model, tools=cfg.chat_tools, parser=parser, api_key=cfg.api_key, timeout_s=cfg.timeout_s)
+        return cls(
+            cfg.base_url, cfg.model, tools=cfg.chat_tools, parser=parser, api_key=cfg.api_key, timeout_s=cfg.timeout_s
+        )
 
     # --- messages ----------------------------------------------------------------------------------
 
@@ -161,7 +166,9 @@ class ChatEngine(JSONEndpoint):
         results = [m for m in messages if m.get("role") == "tool"]
         out = [self._api_message(m) for m in messages if m.get("role") != "tool"]
         if results:
-            text = "\n".join(f"{self.format.result_open}{m.get('content') or ''}{self.format.result_close}" for m in results)
+            text = "\n".join(
+                f"{self.format.result_open}{m.get('content') or ''}{self.format.result_close}" for m in results
+            )
             out.append({"role": "user", "content": text})
         return out
 
@@ -186,7 +193,9 @@ class ChatEngine(JSONEndpoint):
 
     # --- requests ----------------------------------------------------------------------------------
 
-    def request_body(self, messages: list[dict[str, Any]], schemas: list[dict[str, Any]], params: SamplingParams) -> dict[str, Any]:
+    def request_body(
+        self, messages: list[dict[str, Any]], schemas: list[dict[str, Any]], params: SamplingParams
+    ) -> dict[str, Any]:
         """The JSON of one turn: standard fields only, plus ``top_k`` when it is set (vLLM reads it)."""
         body: dict[str, Any] = {
             "messages": messages,
@@ -203,7 +212,11 @@ class ChatEngine(JSONEndpoint):
         return body
 
     async def chat(
-        self, messages: list[dict[str, Any]], schemas: list[dict[str, Any]], params: SamplingParams, request_id: str = ""
+        self,
+        messages: list[dict[str, Any]],
+        schemas: list[dict[str, Any]],
+        params: SamplingParams,
+        request_id: str = "",
     ) -> ChatReply:
         """One assistant turn after ``messages`` (already in the API's form: :meth:`prompt`, :meth:`observation`)."""
         data = await self._post(self.request_body(messages, schemas, params), request_id)
@@ -233,7 +246,11 @@ class ChatEngine(JSONEndpoint):
 
 
 def _arguments_json(arguments: Any) -> str:
-    return arguments if isinstance(arguments, str) else json.dumps(arguments if arguments is not None else {}, ensure_ascii=False)
+    return (
+        arguments
+        if isinstance(arguments, str)
+        else json.dumps(arguments if arguments is not None else {}, ensure_ascii=False)
+    )
 
 
 def _call(raw: Any, index: int) -> ToolCall:
@@ -248,10 +265,15 @@ def _call(raw: Any, index: int) -> ToolCall:
     try:
         arguments = json.loads(text) if isinstance(text, str) else text if text is not None else {}
     except ValueError as exc:
-        return ToolCall(name=function["name"], arguments={}, id=call_id, raw=str(text), error=f"arguments are not JSON: {exc}")
+        return ToolCall(
+            name=function["name"], arguments={}, id=call_id, raw=str(text), error=f"arguments are not JSON: {exc}"
+        )
     if not isinstance(arguments, dict):
         return ToolCall(
-            name=function["name"], arguments={}, id=call_id, raw=str(text),
+            name=function["name"],
+            arguments={},
+            id=call_id,
+            raw=str(text),
             error=f"arguments must be a JSON object, got {type(arguments).__name__}",
         )
     return ToolCall(name=function["name"], arguments=arguments, id=call_id, raw=str(text))

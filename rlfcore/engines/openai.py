@@ -35,8 +35,14 @@ class JSONEndpoint:
     """
 
     def __init__(
-        self, url: str, *, api_key: str | None = None, timeout_s: float = 600.0, max_retries: int = 3,
-        backoff_s: float = 0.5, max_connections: int = 256,
+        self,
+        url: str,
+        *,
+        api_key: str | None = None,
+        timeout_s: float = 600.0,
+        max_retries: int = 3,
+        backoff_s: float = 0.5,
+        max_connections: int = 256,
     ):
         self.url = url
         self.api_key = api_key
@@ -61,7 +67,9 @@ class JSONEndpoint:
             self._client = httpx.AsyncClient(
                 headers=headers,
                 timeout=httpx.Timeout(self.timeout_s, connect=min(self.timeout_s, 10.0), pool=None),
-                limits=httpx.Limits(max_connections=self.max_connections, max_keepalive_connections=self.max_connections),
+                limits=httpx.Limits(
+                    max_connections=self.max_connections, max_keepalive_connections=self.max_connections
+                ),
             )
             self._loop = loop
         return self._client
@@ -130,8 +138,12 @@ class OpenAIEngine(JSONEndpoint, Engine):
         extra_body: dict[str, Any] | None = None,
     ):
         super().__init__(
-            base_url.rstrip("/") + "/completions", api_key=api_key, timeout_s=timeout_s, max_retries=max_retries,
-            backoff_s=backoff_s, max_connections=max_connections,
+            base_url.rstrip("/") + "/completions",
+            api_key=api_key,
+            timeout_s=timeout_s,
+            max_retries=max_retries,
+            backoff_s=backoff_s,
+            max_connections=max_connections,
         )
         self.model = model
         self.tokenizer = tokenizer

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
-from typing import Callable, Mapping, Sequence, Union
+from collections.abc import Callable, Mapping, Sequence
 
 from rlfcore.chat import ChatTokenizer
 from rlfcore.engines.base import Engine, Generation, SamplingParams, cut_at_stop
 
-Policy = Union[Callable[[str, str], str], Mapping[str, Sequence[str]]]
+Policy = Callable[[str, str], str] | Mapping[str, Sequence[str]]
 
 
 class ScriptedEngine(Engine):

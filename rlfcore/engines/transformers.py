@@ -141,7 +141,9 @@ class TransformersEngine(Engine):
         if params.max_tokens < 1:
             raise ValueError(f"request {request_id!r}: max_tokens must be at least 1, got {params.max_tokens}")
         if params.stop and self.tokenizer is None:
-            raise ValueError(f"request {request_id!r}: stop strings {params.stop} need the engine's tokenizer, which is unset")
+            raise ValueError(
+                f"request {request_id!r}: stop strings {params.stop} need the engine's tokenizer, which is unset"
+            )
         loop = asyncio.get_running_loop()
         request = _Request(list(prompt_ids), params, loop.create_future())
         self._queue_for(loop).put_nowait(request)
@@ -204,7 +206,9 @@ class TransformersEngine(Engine):
             for module, training in modes:
                 module.training = training
 
-    def _forward(self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: Any) -> tuple[torch.Tensor, Any]:
+    def _forward(
+        self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: Any
+    ) -> tuple[torch.Tensor, Any]:
         kwargs = {"logits_to_keep": 1} if self._logits_to_keep else {}
         out = self.model(
             input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True, **kwargs
@@ -275,7 +279,9 @@ class TransformersEngine(Engine):
                 drawn[index[unseeded]] = torch.multinomial(probs[unseeded], 1).squeeze(1)
             seeded = [k for k, j in enumerate(sampled) if rows[j].generator is not None]
             if seeded:  # inverse CDF: one uniform per row from its own generator, then one batched search
-                u = torch.stack([torch.rand((), generator=rows[sampled[k]].generator, device=logits.device) for k in seeded])
+                u = torch.stack(
+                    [torch.rand((), generator=rows[sampled[k]].generator, device=logits.device) for k in seeded]
+                )
                 cdf = probs[seeded].cumsum(dim=-1)
                 picked = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True).squeeze(1)
                 drawn[index[seeded]] = picked.clamp(max=probs.shape[-1] - 1)

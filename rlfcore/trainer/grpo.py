@@ -6,8 +6,9 @@ Pure tensor functions with no state, shared by the local trainer and its benchma
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Literal
 
 import torch
 
@@ -24,7 +25,9 @@ def _group_stats(rewards: Sequence[float], groups: Sequence[str]) -> dict[str, t
     return stats
 
 
-def group_advantages(rewards: Sequence[float], groups: Sequence[str], std_normalize: bool = True, eps: float = 1e-6) -> list[float]:
+def group_advantages(
+    rewards: Sequence[float], groups: Sequence[str], std_normalize: bool = True, eps: float = 1e-6
+) -> list[float]:
     """``r - mean(group)``, divided by the group's std unless ``std_normalize`` is off (Dr. GRPO)."""
     stats = _group_stats(rewards, groups)
     out = []
@@ -74,7 +77,9 @@ def token_advantages(turn_advantages: Sequence[float], mask: Sequence[int]) -> l
     """Each response token's advantage: that of the turn it was generated in, 0 for observations."""
     spans = turn_spans(mask)
     if len(spans) != len(turn_advantages):
-        raise ValueError(f"{len(turn_advantages)} turn advantages for a response mask with {len(spans)} assistant turns")
+        raise ValueError(
+            f"{len(turn_advantages)} turn advantages for a response mask with {len(spans)} assistant turns"
+        )
     out = [0.0] * len(mask)
     for (start, end), a in zip(spans, turn_advantages):
         out[start:end] = [a] * (end - start)
@@ -101,7 +106,9 @@ def pack(lengths: Sequence[int], indices: Sequence[int], max_seqs: int, max_toke
     chunks: list[list[int]] = []
     chunk: list[int] = []
     for i in sorted(indices, key=lambda i: lengths[i]):
-        if chunk and (len(chunk) >= max_seqs or (max_tokens is not None and (len(chunk) + 1) * lengths[i] > max_tokens)):
+        if chunk and (
+            len(chunk) >= max_seqs or (max_tokens is not None and (len(chunk) + 1) * lengths[i] > max_tokens)
+        ):
             chunks.append(chunk)
             chunk = []
         chunk.append(i)
@@ -110,7 +117,9 @@ def pack(lengths: Sequence[int], indices: Sequence[int], max_seqs: int, max_toke
     return chunks
 
 
-def collate(prompts: Sequence[list[int]], responses: Sequence[list[int]], masks: Sequence[list[int]], pad_id: int) -> Batch:
+def collate(
+    prompts: Sequence[list[int]], responses: Sequence[list[int]], masks: Sequence[list[int]], pad_id: int
+) -> Batch:
     """Prompt + response per row; ``loss_mask[b, t]`` scores the prediction of token ``t + 1``."""
     lengths = [len(p) + len(r) for p, r in zip(prompts, responses)]
     width = max(lengths)
@@ -126,7 +135,9 @@ def collate(prompts: Sequence[list[int]], responses: Sequence[list[int]], masks:
     return Batch(ids, attn, loss)
 
 
-def response_tensor(prompts: Sequence[list[int]], values: Sequence[Sequence[float]], like: torch.Tensor) -> torch.Tensor:
+def response_tensor(
+    prompts: Sequence[list[int]], values: Sequence[Sequence[float]], like: torch.Tensor
+) -> torch.Tensor:
     """Per-response-token values placed as :func:`collate` places the loss mask (``like``'s shape):
     ``out[b, t]`` belongs to the prediction of token ``t + 1``."""
     out = torch.zeros(like.shape, dtype=torch.float32)
@@ -171,7 +182,13 @@ def policy_loss(
     return per_token, clip_frac
 
 
-def aggregate(per_token: torch.Tensor, mask: torch.Tensor, how: Literal["token-mean", "seq-mean"], total_tokens: float, total_seqs: float) -> torch.Tensor:
+def aggregate(
+    per_token: torch.Tensor,
+    mask: torch.Tensor,
+    how: Literal["token-mean", "seq-mean"],
+    total_tokens: float,
+    total_seqs: float,
+) -> torch.Tensor:
     """Sum this micro-batch's share of the step's loss: divided by the step's token (or sequence)
     count, so gradients accumulated over micro-batches equal one pass over the whole batch."""
     if how == "token-mean":

@@ -17,8 +17,9 @@ import signal
 import statistics
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -30,9 +31,9 @@ from rlfcore.failures import check_not_all_failed
 from rlfcore.loop import Rollout, Trajectory
 from rlfcore.rewards import RewardPipeline, turn_returns
 from rlfcore.runtime import Runtime
+from rlfcore.signals import Interrupted, deferred
 from rlfcore.trainer import grpo
 from rlfcore.trainer.checkpoint import load_error
-from rlfcore.signals import Interrupted, deferred
 from rlfcore.trainer.rundir import RunDir, rng_state, set_rng_state
 
 
@@ -82,7 +83,10 @@ class LocalTrainer:
         self.run_dir = run_dir
         self.device = next(model.parameters()).device
         self.engine = TransformersEngine(
-            model, max_batch_size=self.config.engine.max_batch_size, device=self.device, threads=self.config.engine.threads,
+            model,
+            max_batch_size=self.config.engine.max_batch_size,
+            device=self.device,
+            threads=self.config.engine.threads,
             tokenizer=self.tok,
         )
         self.rollout = Rollout(runtime, self.engine, self.tok)
@@ -165,12 +169,16 @@ class LocalTrainer:
             raise self._interrupted(exc, saved, rng_after, applying) from exc
         return history
 
-    def _interrupted(self, exc: KeyboardInterrupt, saved: int, rng_after: dict[str, Any], applying: bool) -> Interrupted:
+    def _interrupted(
+        self, exc: KeyboardInterrupt, saved: int, rng_after: dict[str, Any], applying: bool
+    ) -> Interrupted:
         signum = getattr(exc, "signum", signal.SIGINT)
         if applying:  # only without rlfcore.signals.handled(), which holds a signal until the step is applied
             last = self.run_dir.last_checkpoint()
             where = f"the last checkpoint is {last}" if last is not None else "there is no checkpoint"
-            return Interrupted(signum, f"Interrupted while applying a step: nothing saved (the weights may hold part of it); {where}.")
+            return Interrupted(
+                signum, f"Interrupted while applying a step: nothing saved (the weights may hold part of it); {where}."
+            )
         if self.step > saved:
             with deferred():
                 self.save(rng_after)
@@ -198,13 +206,17 @@ class LocalTrainer:
         self.advisor(trajectory_warnings(trajectories, self.config, groups=True), f"step {self.step + 1}")
         return trajectories, rollout_s, score_s
 
-    def _apply_step(self, trajectories: list[Trajectory], rollout_s: float, score_s: float, t0: float) -> dict[str, Any]:
+    def _apply_step(
+        self, trajectories: list[Trajectory], rollout_s: float, score_s: float, t0: float
+    ) -> dict[str, Any]:
         t1 = time.perf_counter()
         train = self._update(trajectories)
         self.step += 1
         metrics = self._metrics(trajectories)
         metrics.update(train)
-        metrics.update(rollout_s=rollout_s, score_s=score_s, train_s=time.perf_counter() - t1, step_s=time.perf_counter() - t0)
+        metrics.update(
+            rollout_s=rollout_s, score_s=score_s, train_s=time.perf_counter() - t1, step_s=time.perf_counter() - t0
+        )
         if self.cfg.samples_per_step:
             self.run_dir.samples(self.step, [t.record() for t in trajectories[: self.cfg.samples_per_step]])
         return metrics
@@ -228,7 +240,10 @@ class LocalTrainer:
         chunks = grpo.pack(lengths, active, self.cfg.micro_batch_size, self.cfg.micro_batch_tokens)
         batches = [
             grpo.collate(
-                [usable[i].prompt_ids for i in c], [usable[i].response_ids for i in c], [usable[i].response_mask for i in c], self.pad_id
+                [usable[i].prompt_ids for i in c],
+                [usable[i].response_ids for i in c],
+                [usable[i].response_mask for i in c],
+                self.pad_id,
             )
             for c in chunks
         ]
@@ -238,7 +253,9 @@ class LocalTrainer:
         else:
             advantages = [
                 grpo.response_tensor(
-                    [usable[i].prompt_ids for i in c], [self._token_advantages(usable[i], adv[i]) for i in c], b.loss_mask
+                    [usable[i].prompt_ids for i in c],
+                    [self._token_advantages(usable[i], adv[i]) for i in c],
+                    b.loss_mask,
                 )
                 for c, b in zip(chunks, batches)
             ]
@@ -268,7 +285,9 @@ class LocalTrainer:
                     logp = grpo.token_logprobs(self.model, batch, self.temperature)
                 if on_policy:
                     old.append(logp.detach())
-                per_token, clip_frac = grpo.policy_loss(logp, old[k], advantages[k], batch.loss_mask, clip_low, clip_high)
+                per_token, clip_frac = grpo.policy_loss(
+                    logp, old[k], advantages[k], batch.loss_mask, clip_low, clip_high
+                )
                 if ref is not None:
                     kl_tok = grpo.kl_k3(logp, ref[k])
                     per_token = per_token + self.cfg.kl_coef * kl_tok

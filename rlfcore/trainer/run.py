@@ -6,8 +6,9 @@ import asyncio
 import json
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from rlfcore.config import RunConfig
 from rlfcore.data import read_rows
@@ -27,7 +28,11 @@ class RunDirError(ValueError):
 
 
 def open_run_dir(path: Path, resume: bool) -> RunDir:
-    if not resume and path.exists() and any((path / f).exists() for f in ("metrics.jsonl", "sft_metrics.jsonl", "checkpoints")):
+    if (
+        not resume
+        and path.exists()
+        and any((path / f).exists() for f in ("metrics.jsonl", "sft_metrics.jsonl", "checkpoints"))
+    ):
         raise RunDirError(f"{path} already holds a run: pass --resume to continue it, or choose another --run-dir")
     return RunDir(path)
 
@@ -52,7 +57,11 @@ def check_model(config: RunConfig, base: Path) -> None:
 
 
 def train(
-    config: RunConfig, manager: PluginManager, run_path: Path, resume: bool = False, progress: Progress | None = None,
+    config: RunConfig,
+    manager: PluginManager,
+    run_path: Path,
+    resume: bool = False,
+    progress: Progress | None = None,
     resume_from: Path | None = None,
 ) -> dict[str, Any]:
     """SFT warm start (when ``sft.data`` is set), then GRPO; returns the run's summary. ``resume``
@@ -70,7 +79,9 @@ def train(
     rows = read_rows(resolve(config.data.train, base))
     check_model(config, base)
     if resume_from is not None and not (resume_from / "trainer.pt").is_file():
-        raise RunDirError(f"--resume-from {resume_from}: not a checkpoint (it has no trainer.pt); they are in RUN/checkpoints/step_N")
+        raise RunDirError(
+            f"--resume-from {resume_from}: not a checkpoint (it has no trainer.pt); they are in RUN/checkpoints/step_N"
+        )
     resume = resume or resume_from is not None
     run_dir = open_run_dir(run_path, resume)
     run_dir.save_config(config)
@@ -115,7 +126,9 @@ def train(
     return summary
 
 
-def sft_only(config: RunConfig, manager: PluginManager, run_path: Path, progress: Progress | None = None) -> dict[str, Any]:
+def sft_only(
+    config: RunConfig, manager: PluginManager, run_path: Path, progress: Progress | None = None
+) -> dict[str, Any]:
     """``rlf sft``: the warm start alone; the model is saved in ``checkpoints/sft/model``."""
     from rlfcore.trainer.sft import mean_loss, train_sft
 
@@ -128,14 +141,22 @@ def sft_only(config: RunConfig, manager: PluginManager, run_path: Path, progress
     runtime = asyncio.run(Runtime.create(config, manager))
     try:
         run_dir.open_trackers(config)
-        model, hf_tok = load_policy(ensure_model(config, base, tool_schemas(runtime)), config.trainer.device, config.model.dtype)
+        model, hf_tok = load_policy(
+            ensure_model(config, base, tool_schemas(runtime)), config.trainer.device, config.model.dtype
+        )
         t0 = time.perf_counter()
         history = train_sft(model, hf_tok, runtime, resolve(config.sft.data, base), run_dir, _phase(progress, "sft"))
     finally:
         run_dir.close()
         asyncio.run(runtime.aclose())
     path = run_dir.save_checkpoint("sft", model, hf_tok, {"step": config.sft.steps})
-    return {"steps": len(history), "loss_first": history[0]["loss"], "loss_last": mean_loss(history), "seconds": time.perf_counter() - t0, "model": str(path / "model")}
+    return {
+        "steps": len(history),
+        "loss_first": history[0]["loss"],
+        "loss_last": mean_loss(history),
+        "seconds": time.perf_counter() - t0,
+        "model": str(path / "model"),
+    }
 
 
 def _phase(progress: Progress | None, phase: str) -> Callable[[dict[str, Any]], None] | None:

@@ -102,7 +102,10 @@ class RunDir:
         steps = [m["step"] for m in metrics]
         rewards = [m["reward_mean"] for m in metrics]
         window = max(1, len(rewards) // 10)
-        smooth = [sum(rewards[max(0, i - window + 1) : i + 1]) / len(rewards[max(0, i - window + 1) : i + 1]) for i in range(len(rewards))]
+        smooth = [
+            sum(rewards[max(0, i - window + 1) : i + 1]) / len(rewards[max(0, i - window + 1) : i + 1])
+            for i in range(len(rewards))
+        ]
         fig, ax = plt.subplots(figsize=(7, 4))
         ax.plot(steps, rewards, alpha=0.35, label="reward (step mean)")
         ax.plot(steps, smooth, label=f"moving average ({window})")

@@ -10,8 +10,9 @@ import json
 import random
 import statistics
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -68,7 +69,12 @@ def train_sft(
     for step in range(1, cfg.steps + 1):
         t0 = time.perf_counter()
         batch_seqs = [sequences[rng.randrange(len(sequences))] for _ in range(cfg.batch_size)]
-        b = grpo.collate([s.prompt_ids for s in batch_seqs], [s.response_ids for s in batch_seqs], [s.response_mask for s in batch_seqs], pad)
+        b = grpo.collate(
+            [s.prompt_ids for s in batch_seqs],
+            [s.response_ids for s in batch_seqs],
+            [s.response_mask for s in batch_seqs],
+            pad,
+        )
         b = grpo.Batch(b.input_ids.to(device), b.attention_mask.to(device), b.loss_mask.to(device))
         with autocast(device, runtime.config.trainer.bf16):
             logp = grpo.token_logprobs(model, b)
@@ -79,7 +85,13 @@ def train_sft(
         optimizer.step()
         scheduler.step()
         token_acc = _token_accuracy(model, b) if step % 50 == 0 or step == cfg.steps else None
-        metrics = {"step": step, "loss": loss.item(), "grad_norm": norm, "lr": scheduler.get_last_lr()[0], "step_s": time.perf_counter() - t0}
+        metrics = {
+            "step": step,
+            "loss": loss.item(),
+            "grad_norm": norm,
+            "lr": scheduler.get_last_lr()[0],
+            "step_s": time.perf_counter() - t0,
+        }
         if token_acc is not None:
             metrics["token_accuracy"] = token_acc
         run_dir.log(metrics, "sft_metrics.jsonl")

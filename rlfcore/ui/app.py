@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 import shlex
 import time
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -24,11 +25,11 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from rlfcore.ui import runs as rd
-from rlfcore.ui.launch import LaunchError, Launcher, dry_run
+from rlfcore.ui.launch import Launcher, LaunchError, dry_run
 from rlfcore.ui.samples import SampleFiles, sample_files, step_of
-from rlfcore.ui.toolbench import ToolBench, tool_stats
 from rlfcore.ui.tokens import load as load_tokenizer
 from rlfcore.ui.tokens import tokenizer_dir, tokens
+from rlfcore.ui.toolbench import ToolBench, tool_stats
 
 HERE = Path(__file__).parent
 GROUPS_PER_PAGE = 10
@@ -117,8 +118,14 @@ def create_app(root: str | Path, config: str | Path | None = None, poll_ms: int 
     async def run_page(request: Request) -> HTMLResponse:
         run = run_path(request)
         info = rd.run_info(state.root, run)
-        return page(request, "run.html", run=info, config=rd.read_config(run), launch=Launcher.record(run),
-                    files=sample_files(run))
+        return page(
+            request,
+            "run.html",
+            run=info,
+            config=rd.read_config(run),
+            launch=Launcher.record(run),
+            files=sample_files(run),
+        )
 
     async def metrics(request: Request) -> JSONResponse:
         """Metrics lines from byte ``offset`` on (``file``: metrics.jsonl or sft_metrics.jsonl; a verl run's
@@ -128,7 +135,9 @@ def create_app(root: str | Path, config: str | Path | None = None, poll_ms: int 
         if name not in ("metrics.jsonl", "sft_metrics.jsonl"):
             raise HTTPException(400, f"file must be metrics.jsonl or sft_metrics.jsonl, not {name!r}")
         offset = _int_param(request, "offset", 0)
-        rows, end = rd.read_metrics_from(run, offset) if name == "metrics.jsonl" else rd.read_jsonl_from(run / name, offset)
+        rows, end = (
+            rd.read_metrics_from(run, offset) if name == "metrics.jsonl" else rd.read_jsonl_from(run / name, offset)
+        )
         return JSONResponse({"rows": rows, "offset": end, "status": rd.status(run)})
 
     async def banner(request: Request) -> HTMLResponse:
@@ -151,9 +160,13 @@ def create_app(root: str | Path, config: str | Path | None = None, poll_ms: int 
         q = request.query_params
         try:
             keep = index.filter(
-                min_reward=_float(q.get("min_reward")), max_reward=_float(q.get("max_reward")),
-                stop_reason=q.get("stop") or None, tool_error=q.get("tool_error") == "1", env=q.get("env") or None,
-                mismatch=q.get("mismatch") == "1", search=q.get("q") or None,
+                min_reward=_float(q.get("min_reward")),
+                max_reward=_float(q.get("max_reward")),
+                stop_reason=q.get("stop") or None,
+                tool_error=q.get("tool_error") == "1",
+                env=q.get("env") or None,
+                mismatch=q.get("mismatch") == "1",
+                search=q.get("q") or None,
             )
         except ValueError as exc:
             raise HTTPException(400, str(exc)) from None
@@ -165,10 +178,20 @@ def create_app(root: str | Path, config: str | Path | None = None, poll_ms: int 
         shown = groups[page_no * GROUPS_PER_PAGE : (page_no + 1) * GROUPS_PER_PAGE]
         entries = index.entries
         return page(
-            request, "trajectories.html", run=rd.run_info(state.root, run), file=path, files=sample_files(run),
+            request,
+            "trajectories.html",
+            run=rd.run_info(state.root, run),
+            file=path,
+            files=sample_files(run),
             groups=[(row, [(i, entries[i]) for i in members], _spread(entries, members)) for row, members in shown],
-            page_no=page_no, pages=pages, matched=len(keep), total=len(entries), q=q,
-            stop_reasons=index.stop_reasons(), envs=index.envs(), step_of=step_of,
+            page_no=page_no,
+            pages=pages,
+            matched=len(keep),
+            total=len(entries),
+            q=q,
+            stop_reasons=index.stop_reasons(),
+            envs=index.envs(),
+            step_of=step_of,
         )
 
     async def sample(request: Request) -> HTMLResponse:
@@ -180,8 +203,15 @@ def create_app(root: str | Path, config: str | Path | None = None, poll_ms: int 
             raise HTTPException(400, "give the sample's index as ?i=N (and ?j=M to compare two)")
         records = [(i, index.read(i)) for i in picked]
         siblings = index.groups.get(index.entries[picked[0]].row_id, [])
-        return page(request, "sample.html", run=rd.run_info(state.root, run), file=path, records=records,
-                    siblings=siblings, turns=_turns)
+        return page(
+            request,
+            "sample.html",
+            run=rd.run_info(state.root, run),
+            file=path,
+            records=records,
+            siblings=siblings,
+            turns=_turns,
+        )
 
     async def token_view(request: Request) -> HTMLResponse:
         run = run_path(request)
@@ -192,8 +222,17 @@ def create_app(root: str | Path, config: str | Path | None = None, poll_ms: int 
         where = tokenizer_dir(run, rd.read_config(run))
         tok = await run_in_threadpool(load_tokenizer, str(where)) if where else None
         toks, at = tokens(record, tok)
-        return page(request, "tokens.html", run=rd.run_info(state.root, run), file=path, i=i, record=record,
-                    tokens=toks, mismatch_at=at, tokenizer=where)
+        return page(
+            request,
+            "tokens.html",
+            run=rd.run_info(state.root, run),
+            file=path,
+            i=i,
+            record=record,
+            tokens=toks,
+            mismatch_at=at,
+            tokenizer=where,
+        )
 
     # --- tools -----------------------------------------------------------------------------------
 
@@ -210,16 +249,28 @@ def create_app(root: str | Path, config: str | Path | None = None, poll_ms: int 
                 error = _explain(exc)
         if run is not None:
             stats = await run_in_threadpool(_run_tool_stats, run, state.samples)
-        return page(request, "tools.html", config=cfg, tools=found, error=error, stats=stats,
-                    run=rd.run_info(state.root, run) if run else None)
+        return page(
+            request,
+            "tools.html",
+            config=cfg,
+            tools=found,
+            error=error,
+            stats=stats,
+            run=rd.run_info(state.root, run) if run else None,
+        )
 
     async def tool_call(request: Request) -> HTMLResponse:
         form = await request.form()
         cfg = Path(str(form.get("config", "")))
         started = time.perf_counter()
         try:
-            result = await run_in_threadpool(state.bench.call, cfg, str(form.get("plugin", "")), str(form.get("name", "")),
-                                             str(form.get("arguments", "")))
+            result = await run_in_threadpool(
+                state.bench.call,
+                cfg,
+                str(form.get("plugin", "")),
+                str(form.get("name", "")),
+                str(form.get("arguments", "")),
+            )
             error = None
         except Exception as exc:
             result, error = None, _explain(exc)
@@ -230,20 +281,31 @@ def create_app(root: str | Path, config: str | Path | None = None, poll_ms: int 
     async def data_page(request: Request) -> HTMLResponse:
         cfg = config_path(request)
         overrides = _overrides(request.query_params.get("overrides", ""))
-        preview = await run_in_threadpool(_preview, state, cfg, overrides, _int_param(request, "rows", 5)) if cfg else None
-        return page(request, "data.html", config=cfg, preview=preview, overrides=" ".join(overrides),
-                    text=cfg.read_text() if cfg and cfg.is_file() else "")
+        preview = (
+            await run_in_threadpool(_preview, state, cfg, overrides, _int_param(request, "rows", 5)) if cfg else None
+        )
+        return page(
+            request,
+            "data.html",
+            config=cfg,
+            preview=preview,
+            overrides=" ".join(overrides),
+            text=cfg.read_text() if cfg and cfg.is_file() else "",
+        )
 
     async def validate(request: Request) -> HTMLResponse:
         form = await request.form()
-        issues, resolved = _validate(str(form.get("text", "")), _overrides(str(form.get("overrides", ""))),
-                                     Path(str(form.get("config") or state.root)))
+        issues, resolved = _validate(
+            str(form.get("text", "")),
+            _overrides(str(form.get("overrides", ""))),
+            Path(str(form.get("config") or state.root)),
+        )
         return page(request, "_validation.html", issues=issues, resolved=resolved)
 
     async def launch(request: Request) -> Response:
         form = await request.form()
         kind = str(form.get("kind", "train"))
-        cfg = Path(str(form.get("config", ""))).expanduser()
+        cfg = Path(str(form.get("config", ""))).expanduser()  # noqa: ASYNC240 - reads only $HOME, not the disk
         name = str(form.get("run_name") or f"{cfg.stem}-{time.strftime('%Y%m%d-%H%M%S')}")
         target = (state.root / name).resolve()
         if not target.is_relative_to(state.root) or target == state.root:
@@ -257,12 +319,18 @@ def create_app(root: str | Path, config: str | Path | None = None, poll_ms: int 
         except LaunchError as exc:
             return page(request, "_message.html", error=str(exc))
         url = f"/run?run={rd.run_name(state.root, target)}"
-        return Response(headers={"HX-Redirect": url}) if request.headers.get("HX-Request") else RedirectResponse(url, 303)
+        return (
+            Response(headers={"HX-Redirect": url}) if request.headers.get("HX-Request") else RedirectResponse(url, 303)
+        )
 
     async def stop(request: Request) -> Response:
         run = run_path(request)
         rc = await run_in_threadpool(state.launcher.stop, run)
-        msg = f"stopped (exit code {rc})" if rc is not None else "this UI started no process for that run, or it already ended"
+        msg = (
+            f"stopped (exit code {rc})"
+            if rc is not None
+            else "this UI started no process for that run, or it already ended"
+        )
         return page(request, "_message.html", message=msg)
 
     async def resume(request: Request) -> Response:
@@ -270,8 +338,12 @@ def create_app(root: str | Path, config: str | Path | None = None, poll_ms: int 
         record = Launcher.record(run) or {}
         cfg = config_path(request, run)
         if cfg is None or not record:
-            return page(request, "_message.html", error="only runs started from the launch page can be resumed here; "
-                        f"from a shell: rlf train CONFIG --run-dir {run} --resume")
+            return page(
+                request,
+                "_message.html",
+                error="only runs started from the launch page can be resumed here; "
+                f"from a shell: rlf train CONFIG --run-dir {run} --resume",
+            )
         try:
             state.launcher.start("train", cfg, run, list(record.get("overrides", [])), resume=True)
         except LaunchError as exc:
@@ -334,9 +406,16 @@ def _warnings(run: Path, files: SampleFiles) -> list[str]:
     last: list[dict[str, Any]] = []
     if found:
         index = files.get(found[-1])
-        last = [{"row_id": e.row_id, "reward": e.reward, "truncated": e.truncated,
-                 "reward_error": "reward error" if e.reward_error else None, "template_mismatch": e.mismatch}
-                for e in index.entries]
+        last = [
+            {
+                "row_id": e.row_id,
+                "reward": e.reward,
+                "truncated": e.truncated,
+                "reward_error": "reward error" if e.reward_error else None,
+                "template_mismatch": e.mismatch,
+            }
+            for e in index.entries
+        ]
     return rd.warnings(metrics, last)
 
 
@@ -388,8 +467,14 @@ def _preview(state: State, cfg: Path, overrides: list[str], n: int) -> dict[str,
     if not data:
         return {"error": "the config names no data: set data.train or data.eval"}
     path = Path(data) if Path(data).is_absolute() else cfg.parent / data
-    out: dict[str, Any] = {"path": str(path), "rows": [], "limits": {
-        "max_total_tokens": config.rollout.max_total_tokens, "max_response_tokens": config.rollout.max_response_tokens}}
+    out: dict[str, Any] = {
+        "path": str(path),
+        "rows": [],
+        "limits": {
+            "max_total_tokens": config.rollout.max_total_tokens,
+            "max_response_tokens": config.rollout.max_response_tokens,
+        },
+    }
     try:
         rows = read_rows(path, limit=200)
     except Exception as exc:
@@ -410,7 +495,14 @@ def _preview(state: State, cfg: Path, overrides: list[str], n: int) -> dict[str,
         out["tools_error"] = _explain(exc)
     lengths = []
     for k, row in enumerate(rows):
-        schemas = [t.schema() for t in runtime.tools_for(runtime.env_of(row.raw or {"env": row.env}) if runtime else None).values()] if runtime else []
+        schemas = (
+            [
+                t.schema()
+                for t in runtime.tools_for(runtime.env_of(row.raw or {"env": row.env}) if runtime else None).values()
+            ]
+            if runtime
+            else []
+        )
         text = tok.render(list(row.prompt), schemas, add_generation_prompt=True) if tok else None
         count = len(tok.encode(text)) if tok and text is not None else None
         if count is not None:

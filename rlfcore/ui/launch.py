@@ -26,7 +26,9 @@ class LaunchError(ValueError):
     """A launch the page refuses, with the reason."""
 
 
-def command(kind: str, config: Path, run: Path, overrides: list[str], resume: bool = False, dry_run: bool = False) -> list[str]:
+def command(
+    kind: str, config: Path, run: Path, overrides: list[str], resume: bool = False, dry_run: bool = False
+) -> list[str]:
     """The ``rlf`` command line a launch runs."""
     base = [sys.executable, "-m", "rlfcore"]
     if kind == "train":
@@ -34,7 +36,17 @@ def command(kind: str, config: Path, run: Path, overrides: list[str], resume: bo
     if kind == "eval":
         return [*base, "eval", str(config), *overrides, "--out", str(run / "eval.jsonl")]
     if kind == "verl":
-        return [*base, "train", str(config), *overrides, "--backend", "verl", "--run-dir", str(run), *(["--dry-run"] if dry_run else [])]
+        return [
+            *base,
+            "train",
+            str(config),
+            *overrides,
+            "--backend",
+            "verl",
+            "--run-dir",
+            str(run),
+            *(["--dry-run"] if dry_run else []),
+        ]
     raise LaunchError(f"unknown launch kind {kind!r}: train, eval or verl")
 
 
@@ -59,11 +71,26 @@ class Launcher:
             log.write(f"\n$ {' '.join(argv[2:])}\n".encode())
             log.flush()
             env = {**os.environ, "PYTHONUNBUFFERED": "1", "TERM": "dumb", "COLUMNS": "120"}
-            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    cwd=config.parent, env=env, start_new_session=True)
+            proc = subprocess.Popen(
+                argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=config.parent,
+                env=env,
+                start_new_session=True,
+            )
             log.close()
-            record = {"kind": kind, "config": str(config), "overrides": overrides, "resume": resume,
-                      "command": argv, "pid": proc.pid, "started": time.time(), "rc": None}
+            record = {
+                "kind": kind,
+                "config": str(config),
+                "overrides": overrides,
+                "resume": resume,
+                "command": argv,
+                "pid": proc.pid,
+                "started": time.time(),
+                "rc": None,
+            }
             self._write(run, record)
             self.procs[run] = proc
         threading.Thread(target=self._wait, args=(run, proc, record), daemon=True).start()
@@ -110,8 +137,14 @@ def dry_run(config: Path, run: Path, overrides: list[str], timeout_s: float = 30
     """``rlf train --backend verl --dry-run``: its exit code and output, and the command."""
     argv = command("verl", config, run, overrides, dry_run=True)
     try:
-        done = subprocess.run(argv, capture_output=True, text=True, cwd=config.parent, timeout=timeout_s,
-                              env={**os.environ, "TERM": "dumb"})
+        done = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            cwd=config.parent,
+            timeout=timeout_s,
+            env={**os.environ, "TERM": "dumb"},
+        )
     except subprocess.TimeoutExpired as exc:
         return 124, f"timed out after {timeout_s:.0f} s\n{exc.stdout or ''}", argv
     return done.returncode, done.stdout + done.stderr, argv

@@ -22,8 +22,16 @@ LIVE_WINDOW_S = 120.0
 LAUNCH_FILE = "ui_launch.json"
 """Written by the launch page only: the command, its pid and, once it ended, its exit code."""
 
-MARKERS = ("metrics.jsonl", verl_metrics.FILE, verl_metrics.EARLIER, "sft_metrics.jsonl", "config.yaml", "samples",
-           "eval.jsonl", LAUNCH_FILE)
+MARKERS = (
+    "metrics.jsonl",
+    verl_metrics.FILE,
+    verl_metrics.EARLIER,
+    "sft_metrics.jsonl",
+    "config.yaml",
+    "samples",
+    "eval.jsonl",
+    LAUNCH_FILE,
+)
 """A folder holding one of these is a run folder."""
 
 
@@ -108,7 +116,7 @@ def status(path: Path) -> str:
             return "failed"
     if (path / "summary.json").exists():
         return "finished"
-    if time.time() - last_change(path) < LIVE_WINDOW_S and _has_metrics(path) or _sft_live(path):
+    if (time.time() - last_change(path) < LIVE_WINDOW_S and _has_metrics(path)) or _sft_live(path):
         return "running"
     if any((path / "checkpoints").glob("*/trainer.pt")):
         return "resumable"
@@ -169,7 +177,9 @@ def _has_metrics(path: Path) -> bool:
 
 def _verl_only(path: Path) -> bool:
     """A verl run: its metrics are verl's file logger's, in verl's names."""
-    return not (path / "metrics.jsonl").exists() and any((path / f).exists() for f in (verl_metrics.FILE, verl_metrics.EARLIER))
+    return not (path / "metrics.jsonl").exists() and any(
+        (path / f).exists() for f in (verl_metrics.FILE, verl_metrics.EARLIER)
+    )
 
 
 def read_metrics_from(path: Path, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
@@ -276,7 +286,9 @@ def warnings(metrics: list[dict[str, Any]], last_samples: list[dict[str, Any]]) 
             groups.setdefault(str(s.get("row_id")), []).append(r)
     full = [g for g in groups.values() if len(g) > 1]
     if full and all(max(g) == min(g) for g in full):
-        out.append(f"no reward variance in any of the {len(full)} groups of the last samples: GRPO learns nothing from them")
+        out.append(
+            f"no reward variance in any of the {len(full)} groups of the last samples: GRPO learns nothing from them"
+        )
     if metrics and all(_num(m.get("reward_std")) == 0 for m in metrics[-3:]):
         out.append("reward_std is 0 in the last steps: every sample of a step got the same reward")
     rates = [r for r in (_num(m.get("tool_error_rate")) for m in metrics) if r is not None]
@@ -289,7 +301,9 @@ def warnings(metrics: list[dict[str, Any]], last_samples: list[dict[str, Any]]) 
         last = metrics[-1]
         stops = {k[5:]: v for k, v in last.items() if k.startswith("stop/") and isinstance(v, (int, float))}
         if stops and sum(stops.values()) > 0 and all(k.startswith("max_") for k, v in stops.items() if v):
-            out.append(f"every trajectory of step {last.get('step')} was truncated ({', '.join(sorted(k for k, v in stops.items() if v))})")
+            out.append(
+                f"every trajectory of step {last.get('step')} was truncated ({', '.join(sorted(k for k, v in stops.items() if v))})"
+            )
         if _num(last.get("reward_errors")):
             out.append(f"{last['reward_errors']} reward errors in step {last.get('step')}: those samples scored 0")
     elif last_samples and all(s.get("truncated") for s in last_samples):
@@ -300,7 +314,9 @@ def warnings(metrics: list[dict[str, Any]], last_samples: list[dict[str, Any]]) 
             out.append(f"{len(failed)} samples have a reward error, e.g. {str(failed[0]['reward_error'])[:120]}")
         mism = sum(1 for s in last_samples if s.get("template_mismatch"))
         if mism:
-            out.append(f"{mism} of the last samples depart from a full rendering of their messages (see their token view)")
+            out.append(
+                f"{mism} of the last samples depart from a full rendering of their messages (see their token view)"
+            )
     return out
 
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
-
+from typing import Any
 
 
 @dataclass
@@ -51,7 +51,9 @@ class Entry:
             truncated=bool(rec.get("truncated")),
             reward_error=bool(rec.get("reward_error")),
             mismatch=bool(rec.get("template_mismatch")),
-            components={k: v for k, v in comps.items() if isinstance(v, (int, float))} if isinstance(comps, dict) else {},
+            components={k: v for k, v in comps.items() if isinstance(v, (int, float))}
+            if isinstance(comps, dict)
+            else {},
         )
 
 

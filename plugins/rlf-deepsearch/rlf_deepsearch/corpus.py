@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 import mmap
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -41,7 +42,9 @@ def parse_passage(obj: Any, where: str, default_id: str) -> Passage:
     elif isinstance(obj.get("contents"), str):
         title, text = split_contents(obj["contents"])
     else:
-        raise CorpusError(f"{where}: a passage needs a string 'text' (or Search-R1's 'contents'), got keys {sorted(obj)}")
+        raise CorpusError(
+            f"{where}: a passage needs a string 'text' (or Search-R1's 'contents'), got keys {sorted(obj)}"
+        )
     return Passage(id=str(obj.get("id", default_id)), title=str(title), text=text)
 
 

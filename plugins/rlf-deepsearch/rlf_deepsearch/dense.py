@@ -90,8 +90,14 @@ class DenseIndex:
         return len(self.corpus)
 
     @classmethod
-    def open(cls, corpus_path: str | Path, encoder: str, cache_dir: str | Path | None = None, kind: Kind = "flat",
-             batch_size: int = 64) -> DenseIndex:
+    def open(
+        cls,
+        corpus_path: str | Path,
+        encoder: str,
+        cache_dir: str | Path | None = None,
+        kind: Kind = "flat",
+        batch_size: int = 64,
+    ) -> DenseIndex:
         """Load the cached index of this corpus, encoder and kind, building and caching it first if needed."""
         require_dense()
         import faiss
@@ -114,7 +120,9 @@ class DenseIndex:
             offsets = np.load(cache / "offsets.npy")
             index = faiss.read_index(str(cache / "index.faiss"))
             if index.ntotal != len(offsets):
-                raise CorpusError(f"{cache}: the index holds {index.ntotal} vectors for {len(offsets)} passages; delete it to rebuild")
+                raise CorpusError(
+                    f"{cache}: the index holds {index.ntotal} vectors for {len(offsets)} passages; delete it to rebuild"
+                )
             return cls(index, Corpus(path, offsets), model, kind)
         start = time.perf_counter()
         offsets, texts = [], []
@@ -130,14 +138,25 @@ class DenseIndex:
             vectors = model.encode(texts, batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True)
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         dim = vectors.shape[1]
-        index = faiss.IndexFlatIP(dim) if kind == "flat" else faiss.IndexHNSWFlat(dim, HNSW_M, faiss.METRIC_INNER_PRODUCT)
+        index = (
+            faiss.IndexFlatIP(dim) if kind == "flat" else faiss.IndexHNSWFlat(dim, HNSW_M, faiss.METRIC_INNER_PRODUCT)
+        )
         index.add(vectors)
         tmp = cache.with_name(cache.name + f".tmp{os.getpid()}")
         tmp.mkdir(parents=True, exist_ok=True)
         faiss.write_index(index, str(tmp / "index.faiss"))
         np.save(tmp / "offsets.npy", np.asarray(offsets, dtype=np.int64))
-        (tmp / "meta.json").write_text(json.dumps({"corpus": str(path), "encoder": str(folder), "kind": kind,
-                                                   "passages": len(offsets), "build_s": round(time.perf_counter() - start, 2)}))
+        (tmp / "meta.json").write_text(
+            json.dumps(
+                {
+                    "corpus": str(path),
+                    "encoder": str(folder),
+                    "kind": kind,
+                    "passages": len(offsets),
+                    "build_s": round(time.perf_counter() - start, 2),
+                }
+            )
+        )
         try:
             tmp.rename(cache)  # atomic: a concurrent builder's finished copy wins, ours is dropped
         except OSError:
@@ -155,8 +174,10 @@ class DenseIndex:
         if self.kind == "hnsw":
             self.index.hnsw.efSearch = max(HNSW_EF_SEARCH, k)
         scores, ids = self.index.search(np.ascontiguousarray(vectors, dtype=np.float32), k)
-        return [[_scored(self.corpus[int(i)], float(s)) for s, i in zip(srow, irow) if i >= 0] for srow, irow in zip(scores, ids)]
-
+        return [
+            [_scored(self.corpus[int(i)], float(s)) for s, i in zip(srow, irow) if i >= 0]
+            for srow, irow in zip(scores, ids)
+        ]
 
     def close(self) -> None:
         self.corpus.close()

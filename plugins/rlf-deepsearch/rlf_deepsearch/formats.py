@@ -71,11 +71,15 @@ def search_r1_passages(passages: list[Passage], max_chars: int) -> str:
 
 
 _NEXT = {
-    ("start", "<think>"): "in_think", ("information", "<think>"): "in_think",
+    ("start", "<think>"): "in_think",
+    ("information", "<think>"): "in_think",
     ("in_think", "</think>"): "after_think",
-    ("after_think", "<search>"): "in_search", ("in_search", "</search>"): "after_search",
-    ("after_search", "<information>"): "in_information", ("in_information", "</information>"): "information",
-    ("after_think", "<answer>"): "in_answer", ("in_answer", "</answer>"): "end",
+    ("after_think", "<search>"): "in_search",
+    ("in_search", "</search>"): "after_search",
+    ("after_search", "<information>"): "in_information",
+    ("in_information", "</information>"): "information",
+    ("after_think", "<answer>"): "in_answer",
+    ("in_answer", "</answer>"): "end",
 }
 _INSIDE = {"in_think", "in_search", "in_information", "in_answer"}
 

@@ -112,7 +112,9 @@ class BM25Index:
         return cls(retriever, Corpus(Path(corpus_path), offsets), IndexParams(**meta["params"]))
 
     @classmethod
-    def open(cls, corpus_path: str | Path, cache_dir: str | Path | None = None, params: IndexParams = IndexParams()) -> BM25Index:
+    def open(
+        cls, corpus_path: str | Path, cache_dir: str | Path | None = None, params: IndexParams = IndexParams()
+    ) -> BM25Index:
         """Load the cached index of this corpus and parameters, building and caching it first if needed."""
         path = Path(corpus_path).resolve()
         if not path.is_file():
@@ -155,7 +157,11 @@ class BM25Index:
         if stemmer is None and self.params.stemmer:
             stemmer = self._local.stemmer = _stemmer(self.params.stemmer)
         [tokens] = bm25s.tokenize(
-            [query], stopwords="en" if self.params.stopwords else None, stemmer=stemmer, return_ids=False, show_progress=False
+            [query],
+            stopwords="en" if self.params.stopwords else None,
+            stemmer=stemmer,
+            return_ids=False,
+            show_progress=False,
         )
         ids = [self._vocab[t] for t in tokens if t in self._vocab]
         return ids or [self._vocab[""]]  # no known term: the empty token, which scores every passage 0

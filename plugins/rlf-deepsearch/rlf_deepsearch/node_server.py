@@ -20,20 +20,50 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 START_TIMEOUT_S = 1800.0  # a first dense build of a large corpus takes a while
 _URL = re.compile(r"serving \d+ passages at (http://\S+)")
 
 
-def server_command(corpus: Path, retriever: str, index_dir: Path | None, encoder: str, kind: str,
-                   k1: float, b: float, stemmer: str | None, batch_size: int) -> list[str]:
+def server_command(
+    corpus: Path,
+    retriever: str,
+    index_dir: Path | None,
+    encoder: str,
+    kind: str,
+    k1: float,
+    b: float,
+    stemmer: str | None,
+    batch_size: int,
+) -> list[str]:
     """The ``rlf-deepsearch serve`` command line for these settings, on a free loopback port."""
-    cmd = [sys.executable, "-m", "rlf_deepsearch.cli", "serve", "--corpus", str(corpus), "--port", "0",
-           "--retriever", retriever, "--encoder", encoder, "--index-kind", kind, "--k1", str(k1), "--b", str(b),
-           "--stemmer", stemmer or "none", "--batch-size", str(batch_size)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "rlf_deepsearch.cli",
+        "serve",
+        "--corpus",
+        str(corpus),
+        "--port",
+        "0",
+        "--retriever",
+        retriever,
+        "--encoder",
+        encoder,
+        "--index-kind",
+        kind,
+        "--k1",
+        str(k1),
+        "--b",
+        str(b),
+        "--stemmer",
+        stemmer or "none",
+        "--batch-size",
+        str(batch_size),
+    ]
     return cmd + (["--index-dir", str(index_dir)] if index_dir else [])
 
 

@@ -18,11 +18,21 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from rlfcore import Example, Sample, Score, ScoreContext, SetupContext, Tool, ToolCall, ToolResult, TurnContext, hookimpl
-from rlfcore.tools import tool
-
 from rlf_deepsearch.formats import STOP, information_observation, parse_search_r1
 from rlf_deepsearch.settings import Settings, base_dir, settings_of
+from rlfcore import (
+    Example,
+    Sample,
+    Score,
+    ScoreContext,
+    SetupContext,
+    Tool,
+    ToolCall,
+    ToolResult,
+    TurnContext,
+    hookimpl,
+)
+from rlfcore.tools import tool
 
 
 @hookimpl
@@ -71,7 +81,9 @@ def register_tools(ctx: SetupContext) -> list[Tool]:
                 f"deepsearch.format 'search-r1' needs rollout.sampling.stop to hold {list(STOP)} (Search-R1's turns "
                 f"end there, then the <information> block follows); missing {missing}"
             )
-    if ctx.config is not None and not ctx.listing:  # a run: build or load the index now, not in the first call's timeout
+    if (
+        ctx.config is not None and not ctx.listing
+    ):  # a run: build or load the index now, not in the first call's timeout
         from rlf_deepsearch.search import shared_searcher
 
         shared_searcher(settings, base_dir(ctx))
@@ -129,11 +141,17 @@ def register_examples(ctx: SetupContext) -> list[Example]:
         return []
     if settings.format == "search-r1":
         call = "<think>I should look this up.</think>\n<search>red planet</search>"
-        right, wrong = "<think>Doc 1 says Mars.</think>\n<answer>Mars</answer>", "<think>Venus.</think><answer>Venus</answer>"
+        right, wrong = (
+            "<think>Doc 1 says Mars.</think>\n<answer>Mars</answer>",
+            "<think>Venus.</think><answer>Venus</answer>",
+        )
     else:
         call = '<tool_call>\n{"name": "search", "arguments": {"query": "red planet"}}\n</tool_call>'
         right, wrong = "<answer>Mars</answer>", "<answer>Venus</answer>"
-    row = {"prompt": "Which planet is known as the Red Planet? Answer inside <answer></answer>.", "ground_truth": ["Mars"]}
+    row = {
+        "prompt": "Which planet is known as the Red Planet? Answer inside <answer></answer>.",
+        "ground_truth": ["Mars"],
+    }
     return [
         Example(row={"id": "red-planet", **row}, script=[call, right], expected_reward=1.0),
         Example(row={"id": "red-planet-wrong", **row}, script=[call, wrong], expected_reward=settings.format_reward),

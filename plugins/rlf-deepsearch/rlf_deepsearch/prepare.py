@@ -15,8 +15,9 @@ An ``env`` column routes the rows to this plugin when rlf reads them; Search-R1 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 INSTRUCTIONS = {
     "hermes": (
@@ -111,8 +112,14 @@ def search_r1_record(row: dict[str, Any], source: str, split: str, index: int, e
     }
 
 
-def prepare(inputs: list[Path], out: Path, fmt: str = "hermes", env: str = "deepsearch", limit: int | None = None,
-            split: str = "train") -> int:
+def prepare(
+    inputs: list[Path],
+    out: Path,
+    fmt: str = "hermes",
+    env: str = "deepsearch",
+    limit: int | None = None,
+    split: str = "train",
+) -> int:
     """Write the rows of every input to ``out`` (JSONL, or Search-R1's parquet layout for a ``.parquet``
     name, which implies the search-r1 format); returns how many. Ids must be unique."""
     parquet = out.suffix == ".parquet"

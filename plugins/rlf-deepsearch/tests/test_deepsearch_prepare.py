@@ -6,10 +6,10 @@ import json
 
 import pytest
 from click.testing import CliRunner
-
-from rlfcore.data import read_rows
 from rlf_deepsearch.cli import cli
 from rlf_deepsearch.prepare import INSTRUCTIONS, PrepareError, prepare, to_row
+
+from rlfcore.data import read_rows
 
 
 def test_nq_open_rows(shared_data, tmp_path):
@@ -19,14 +19,30 @@ def test_nq_open_rows(shared_data, tmp_path):
     first = rows[0]
     assert first.id == "NQ-open.dev-000000" and first.env == "deepsearch"
     assert first.ground_truth == ["14 December 1972 UTC", "December 1972"]
-    assert first.prompt == [{"role": "user", "content": INSTRUCTIONS["hermes"].format(question="when was the last time anyone was on the moon")}]
+    assert first.prompt == [
+        {
+            "role": "user",
+            "content": INSTRUCTIONS["hermes"].format(question="when was the last time anyone was on the moon"),
+        }
+    ]
     assert first.extra == {"question": "when was the last time anyone was on the moon"}
 
 
 def test_hotpotqa_rows_keep_ids_and_supporting_paragraphs(shared_data, tmp_path):
     out = tmp_path / "hp.jsonl"
-    result = CliRunner().invoke(cli, ["prepare", str(shared_data / "qa/hotpotqa/questions.jsonl"), "-o", str(out),
-                                      "--format", "search-r1", "--limit", "5"])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "prepare",
+            str(shared_data / "qa/hotpotqa/questions.jsonl"),
+            "-o",
+            str(out),
+            "--format",
+            "search-r1",
+            "--limit",
+            "5",
+        ],
+    )
     assert result.exit_code == 0, result.output
     assert "wrote 5 rows" in result.output
     rows = [json.loads(line) for line in out.read_text().splitlines()]
@@ -51,7 +67,12 @@ def test_bad_records_are_named(record, message):
 
 def test_flashrag_answers_and_duplicate_ids(tmp_path):
     src = tmp_path / "in.jsonl"
-    src.write_text(json.dumps({"id": "a", "question": "q?", "golden_answers": "one"}) + "\n" + json.dumps({"id": "a", "question": "r?", "answer": "two"}) + "\n")
+    src.write_text(
+        json.dumps({"id": "a", "question": "q?", "golden_answers": "one"})
+        + "\n"
+        + json.dumps({"id": "a", "question": "r?", "answer": "two"})
+        + "\n"
+    )
     with pytest.raises(PrepareError, match=r"in.jsonl:2: duplicate id 'a'"):
         prepare([src], tmp_path / "out.jsonl")
     result = CliRunner().invoke(cli, ["prepare", str(src), "-o", str(tmp_path / "o.jsonl")])
@@ -62,7 +83,6 @@ def test_search_r1_parquet_layout_from_nq_and_hotpotqa(shared_data, tmp_path):
     """Search-R1's nq_hotpotqa training file: NQ and HotpotQA rows in one parquet, in the columns its
     scripts/data_process/nq_search.py writes, read back by rlf as they are."""
     import pyarrow.parquet as pq
-
     from rlf_deepsearch.answers import gold_answers
 
     out = tmp_path / "train.parquet"
@@ -71,17 +91,34 @@ def test_search_r1_parquet_layout_from_nq_and_hotpotqa(shared_data, tmp_path):
     assert result.exit_code == 0, result.output
     assert "wrote 3860 rows" in result.output
     table = pq.read_table(out).to_pylist()
-    assert {k for k in table[0]} == {"id", "question", "golden_answers", "data_source", "prompt", "ability",
-                                     "reward_model", "extra_info", "env"}
+    assert {k for k in table[0]} == {
+        "id",
+        "question",
+        "golden_answers",
+        "data_source",
+        "prompt",
+        "ability",
+        "reward_model",
+        "extra_info",
+        "env",
+    }
     first, last = table[0], table[-1]
     assert first["data_source"] == "nq" and last["data_source"] == "hotpotqa"
     assert first["question"] == "when was the last time anyone was on the moon?"
-    assert first["prompt"] == [{"role": "user", "content": INSTRUCTIONS["search-r1"].format(question=first["question"])}]
+    assert first["prompt"] == [
+        {"role": "user", "content": INSTRUCTIONS["search-r1"].format(question=first["question"])}
+    ]
     assert first["prompt"][0]["content"].endswith("Question: when was the last time anyone was on the moon?\n")
     assert first["ability"] == "fact-reasoning"
-    assert first["reward_model"] == {"style": "rule", "ground_truth": {"target": ["14 December 1972 UTC", "December 1972"]}}
+    assert first["reward_model"] == {
+        "style": "rule",
+        "ground_truth": {"target": ["14 December 1972 UTC", "December 1972"]},
+    }
     assert first["extra_info"]["split"] == "test" and [r["extra_info"]["index"] for r in table[:3]] == [0, 1, 2]
     assert last["extra_info"]["supporting_ids"] and len({r["id"] for r in table}) == 3860
     rows = read_rows(out)  # rlf reads Search-R1's file unchanged and routes it to this plugin
-    assert rows[0].env == "deepsearch" and gold_answers(rows[0].ground_truth) == ["14 December 1972 UTC", "December 1972"]
+    assert rows[0].env == "deepsearch" and gold_answers(rows[0].ground_truth) == [
+        "14 December 1972 UTC",
+        "December 1972",
+    ]
     assert rows[-1].prompt[0]["content"] == last["prompt"][0]["content"]

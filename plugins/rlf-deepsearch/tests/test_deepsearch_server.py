@@ -11,13 +11,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-
-from rlfcore import TransientToolError
-from rlfcore.testing import rollout
 from rlf_deepsearch.index import BM25Index
 from rlf_deepsearch.prepare import to_row
 from rlf_deepsearch.search import RemoteSearcher, RetrievalError
 from rlf_deepsearch.server import RetrievalServer
+
+from rlfcore import TransientToolError
+from rlfcore.testing import rollout
 
 QUERIES = ["Who portrayed Corliss Archer in Kiss and Tell?", "romantic comedy Big Stone Gap director"]
 
@@ -44,7 +44,9 @@ def test_client_gets_what_the_local_index_finds(hotpot, server):
     remote = RemoteSearcher(server.url.removesuffix("/retrieve"))  # the /retrieve suffix is optional
     assert remote.url == server.url
     got, want = remote.search(QUERIES, 4), index.search(QUERIES, 4)
-    assert [[(p.id, p.title, p.text) for p in row] for row in got] == [[(p.id, p.title, p.text) for p in row] for row in want]
+    assert [[(p.id, p.title, p.text) for p in row] for row in got] == [
+        [(p.id, p.title, p.text) for p in row] for row in want
+    ]
     assert [p.score for p in got[0]] == pytest.approx([p.score for p in want[0]])
 
 
@@ -98,8 +100,11 @@ def test_plugin_searches_through_the_server(shared_data, server):
     q = json.loads((shared_data / "qa/hotpotqa/questions.jsonl").read_text().splitlines()[0])
     call = json.dumps({"name": "search", "arguments": {"query": q["question"]}})
     script = {q["id"]: [f"<tool_call>{call}</tool_call>", f"<answer>{q['answers'][0]}</answer>"]}
-    config = {"plugins": ["deepsearch"], "rollout": {"max_response_tokens": 16384, "max_total_tokens": 32768},
-              "deepsearch": {"retriever_url": server.url}}
+    config = {
+        "plugins": ["deepsearch"],
+        "rollout": {"max_response_tokens": 16384, "max_total_tokens": 32768},
+        "deepsearch": {"retriever_url": server.url},
+    }
     [t] = rollout(config, [to_row(q, "t", q["id"])], script)
     assert t.reward == 1.0 and t.tool_errors == 0
     assert t.messages[2]["content"].startswith('Doc 1(Title: "Kiss and Tell (1945 film)")')
@@ -107,11 +112,28 @@ def test_plugin_searches_through_the_server(shared_data, server):
 
 def test_serve_command(hotpot, tmp_path):
     corpus, index_dir, _ = hotpot
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")])}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[1]), os.environ.get("PYTHONPATH", "")]),
+    }
     proc = subprocess.Popen(
-        [sys.executable, "-m", "rlf_deepsearch.cli", "serve", "--corpus", str(corpus), "--index-dir", str(index_dir),
-         "--port", "0", "--topk", "2"],
-        stderr=subprocess.PIPE, text=True, env=env,
+        [
+            sys.executable,
+            "-m",
+            "rlf_deepsearch.cli",
+            "serve",
+            "--corpus",
+            str(corpus),
+            "--index-dir",
+            str(index_dir),
+            "--port",
+            "0",
+            "--topk",
+            "2",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
     )
     try:
         url = None
@@ -122,7 +144,7 @@ def test_serve_command(hotpot, tmp_path):
                 break
         assert url, "the server never said where it listens"
         [row] = RemoteSearcher(url).search(QUERIES[:1], 2)
-        assert [p.id for p in row][0] == "hp02432"
+        assert next(p.id for p in row) == "hp02432"
         assert len(httpx.post(url, json={"queries": ["x y"]}).json()["result"][0]) <= 2
     finally:
         proc.terminate()

@@ -10,7 +10,6 @@ import time
 
 import httpx
 import pytest
-
 from rlf_deepsearch.corpus import Passage
 from rlf_deepsearch.server import MAX_HITS, MAX_QUERIES, RetrievalServer
 
@@ -49,16 +48,19 @@ def raw(srv: RetrievalServer, data: bytes, timeout: float = 5.0) -> bytes:
         try:
             while chunk := s.recv(65536):
                 out += chunk
-        except socket.timeout:
+        except TimeoutError:
             pass
     return out
 
 
-@pytest.mark.parametrize("length, expect", [
-    ("-5", b"Content-Length is '-5', not a non-negative integer"),
-    ("abc", b"Content-Length is 'abc', not a non-negative integer"),
-    ("99999999999", b"at most 16777216 are read"),
-])
+@pytest.mark.parametrize(
+    "length, expect",
+    [
+        ("-5", b"Content-Length is '-5', not a non-negative integer"),
+        ("abc", b"Content-Length is 'abc', not a non-negative integer"),
+        ("99999999999", b"at most 16777216 are read"),
+    ],
+)
 def test_bad_content_length_is_refused_and_the_connection_closed(make_server, length, expect):
     srv = make_server()
     start = time.perf_counter()
@@ -88,7 +90,7 @@ def test_requests_and_answers_are_bounded(make_server):
 def test_a_stalled_client_gets_408_and_idle_connections_are_closed(make_server):
     srv = make_server(timeout_s=0.5)
     start = time.perf_counter()
-    out = raw(srv, b"POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"queries\"")
+    out = raw(srv, b'POST /retrieve HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"queries"')
     assert out.startswith(b"HTTP/1.1 408") and b"within 0.5 s" in out
     idle = raw(srv, b"")  # connects, sends nothing: closed after the timeout
     assert idle == b"" and time.perf_counter() - start < 4
@@ -120,4 +122,9 @@ def test_connections_beyond_the_limit_get_503_and_threads_stay_bounded(make_serv
     while threading.active_count() > before and time.time() < deadline:
         time.sleep(0.05)
     assert httpx.get(srv.url.replace("/retrieve", "/health")).json()["status"] == "ok"  # slots came back
-    assert json.loads(raw(srv, b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").split(b"\r\n\r\n", 1)[1])["status"] == "ok"
+    assert (
+        json.loads(raw(srv, b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").split(b"\r\n\r\n", 1)[1])[
+            "status"
+        ]
+        == "ok"
+    )

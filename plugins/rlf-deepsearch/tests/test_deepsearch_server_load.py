@@ -7,7 +7,6 @@ import ssl
 import threading
 
 import httpx
-
 from rlf_deepsearch.index import BM25Index
 from rlf_deepsearch.search import DEMO_CORPUS
 from rlf_deepsearch.server import RetrievalServer
@@ -38,7 +37,11 @@ async def _clients(url: str, n: int, each: int) -> list[tuple[str, int, list[str
             for r in range(each):
                 query = QUERIES[(c + r) % len(QUERIES)]
                 response = await http.post(url, json={"queries": [query], "topk": 2, "return_scores": True})
-                ids = [hit["document"]["id"] for hit in response.json()["result"][0]] if response.status_code == 200 else []
+                ids = (
+                    [hit["document"]["id"] for hit in response.json()["result"][0]]
+                    if response.status_code == 200
+                    else []
+                )
                 out.append((query, response.status_code, ids))
         return out
 

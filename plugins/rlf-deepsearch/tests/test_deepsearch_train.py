@@ -10,9 +10,9 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 from click.testing import CliRunner
+from rlf_deepsearch.prepare import INSTRUCTIONS, prepare
 
 from rlfcore.cli import cli
-from rlf_deepsearch.prepare import INSTRUCTIONS, prepare
 
 
 @pytest.fixture
@@ -20,7 +20,10 @@ def run_config(shared_data, tmp_path):
     """A Search-R1 run: its parquet (4 HotpotQA questions), its tags, stop strings and reward, BM25."""
     from rlfcore.tinymodel import build_tiny
 
-    texts = ["<think>I need to look it up.</think>\n<search>film</search>", "<think>So.</think>\n<answer>yes</answer>"] * 20
+    texts = [
+        "<think>I need to look it up.</think>\n<search>film</search>",
+        "<think>So.</think>\n<answer>yes</answer>",
+    ] * 20
     model = build_tiny(texts, tmp_path / "model", vocab_size=300)
     data = tmp_path / "train.parquet"
     assert prepare([shared_data / "qa/hotpotqa/questions.jsonl"], data, limit=4) == 4
@@ -29,11 +32,21 @@ def run_config(shared_data, tmp_path):
         "model": {"path": str(model)},
         "data": {"train": str(data)},
         "engine": {"name": "transformers", "device": "cpu"},
-        "rollout": {"max_turns": 2, "n": 2, "max_response_tokens": 256, "max_total_tokens": 1024,
-                    "sampling": {"max_tokens": 12, "stop": ["</search>", "</answer>"]}},
+        "rollout": {
+            "max_turns": 2,
+            "n": 2,
+            "max_response_tokens": 256,
+            "max_total_tokens": 1024,
+            "sampling": {"max_tokens": 12, "stop": ["</search>", "</answer>"]},
+        },
         "trainer": {"device": "cpu", "steps": 2, "prompts_per_step": 2},
-        "deepsearch": {"corpus": str(shared_data / "qa/hotpotqa/corpus.jsonl"), "index_dir": str(tmp_path / "idx"),
-                       "format": "search-r1", "reward": "search-r1", "topk": 2},
+        "deepsearch": {
+            "corpus": str(shared_data / "qa/hotpotqa/corpus.jsonl"),
+            "index_dir": str(tmp_path / "idx"),
+            "format": "search-r1",
+            "reward": "search-r1",
+            "topk": 2,
+        },
     }
     path = tmp_path / "search_r1.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -53,7 +66,16 @@ def test_local_train_runs_search_r1_steps(run_config, tmp_path):
 def test_verl_dry_run_of_search_r1(run_config, tmp_path):
     path, data = run_config
     # trainer.device=cpu (set for the local run) is refused by the verl backend, which places the model on its GPUs.
-    args = ["train", str(path), "trainer.device=auto", "--backend", "verl", "--dry-run", "--run-dir", str(tmp_path / "v")]
+    args = [
+        "train",
+        str(path),
+        "trainer.device=auto",
+        "--backend",
+        "verl",
+        "--dry-run",
+        "--run-dir",
+        str(tmp_path / "v"),
+    ]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output + repr(result.exception)
     assert "nothing launched" in result.output and "default_agent_loop: rlf_agent" in result.output

@@ -26,13 +26,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rlfcore import Sample
 from rlf_judge_qwq import endpoints
 from rlf_judge_qwq.cache import request_key
 from rlf_judge_qwq.judge import Judge
 from rlf_judge_qwq.prompts import pointwise_messages, subject_of
 from rlf_judge_qwq.settings import JudgeSettings
 from rlf_judge_qwq.verdict import parse_pointwise
+
+from rlfcore import Sample
 
 HERE = Path(__file__).resolve().parent
 SERVER = HERE.parent / "tests" / "qwq_chat_server.py"
@@ -51,7 +52,9 @@ def samples(n: int, tag: str) -> list[Sample]:
 def start_server(delay_s: float) -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen(
         [sys.executable, str(SERVER), "--delay-s", str(delay_s), "--verdict", VERDICT],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     assert proc.stdout is not None
     url = proc.stdout.readline().strip()

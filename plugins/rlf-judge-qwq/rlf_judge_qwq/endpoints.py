@@ -24,7 +24,6 @@ import httpx
 from rlf_judge_qwq.metrics import JudgeMetrics
 from rlf_judge_qwq.settings import JudgeSettings
 
-
 CONNECTIONS_PER_CLIENT = 8
 
 
@@ -162,7 +161,9 @@ class ChatEndpoints:
             start = time.perf_counter()
             try:
                 # httpx's timeouts bound each read; wait_for bounds the request, a trickling answer included
-                response = await asyncio.wait_for(client.http.post("/chat/completions", json=body), self.settings.timeout_s)
+                response = await asyncio.wait_for(
+                    client.http.post("/chat/completions", json=body), self.settings.timeout_s
+                )
             except (httpx.TimeoutException, asyncio.TimeoutError) as exc:
                 self._fail(endpoint, start, "timeout")
                 message = f"{endpoint.url}: no answer within {self.settings.timeout_s:g} s ({type(exc).__name__})"

@@ -8,10 +8,9 @@ seed when one is set); after that, and after any request failure, each affected 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Protocol, Sequence, TypeVar
-
-from rlfcore import Sample, Score
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from rlf_judge_qwq.cache import VerdictCache, request_key
 from rlf_judge_qwq.endpoints import ChatEndpoints, Completion, JudgeRequestError
@@ -19,6 +18,7 @@ from rlf_judge_qwq.metrics import JudgeMetrics
 from rlf_judge_qwq.prompts import Subject, group_messages, pointwise_messages, subject_of
 from rlf_judge_qwq.settings import JudgeSettings
 from rlf_judge_qwq.verdict import VerdictError, parse_group, parse_pointwise
+from rlfcore import Sample, Score
 
 if TYPE_CHECKING:
     from rlfcore.config import RunConfig

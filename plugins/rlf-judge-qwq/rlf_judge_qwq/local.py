@@ -9,8 +9,9 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from rlf_judge_qwq.endpoints import Completion
 from rlf_judge_qwq.metrics import JudgeMetrics

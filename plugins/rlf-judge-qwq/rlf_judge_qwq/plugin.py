@@ -12,9 +12,8 @@ import logging
 
 from pydantic import BaseModel
 
-from rlfcore import Example, Sample, Score, ScoreContext, SetupContext, hookimpl
-
 from rlf_judge_qwq.settings import JudgeSettings
+from rlfcore import Example, Sample, Score, ScoreContext, SetupContext, hookimpl
 
 log = logging.getLogger(__name__)
 _warned_unconfigured = False
@@ -44,7 +43,9 @@ async def judge(samples: list[Sample], ctx: ScoreContext) -> list[Score | None] 
             log.warning(
                 "judge-qwq: reward.timeout_s (%g s) is below judge-qwq.timeout_s (%g s): slow verdicts will fail "
                 "whole groups; a worst case with retries needs up to %g s",
-                ctx.config.reward.timeout_s, settings.timeout_s, budget,
+                ctx.config.reward.timeout_s,
+                settings.timeout_s,
+                budget,
             )
     return await found.judge_group(samples)
 

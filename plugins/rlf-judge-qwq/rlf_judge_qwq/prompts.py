@@ -16,12 +16,12 @@ import hmac
 import json
 import re
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
-
-from rlfcore import Sample
+from typing import Any
 
 from rlf_judge_qwq.settings import JudgeSettings
+from rlfcore import Sample
 
 _KEY = secrets.token_bytes(32)
 _FENCED_TAG = re.compile(r"</?\s*(?:question|response|reference|candidate)\b[^>]*>", re.IGNORECASE)
@@ -113,7 +113,9 @@ def group_messages(subjects: Sequence[Subject], settings: JudgeSettings) -> list
     first = subjects[0]
     code = fence_code("group", first.question, first.reference or "", *(s.response for s in subjects))
     lo, hi, n = settings.score_min, settings.score_max, len(subjects)
-    parts = _opening("You are a strict, impartial grader comparing candidate responses to the same question.", code, settings, first)
+    parts = _opening(
+        "You are a strict, impartial grader comparing candidate responses to the same question.", code, settings, first
+    )
     for i, s in enumerate(subjects, 1):
         parts.append(_fence("candidate", code, s.response, f' n="{i}"'))
     parts.append(

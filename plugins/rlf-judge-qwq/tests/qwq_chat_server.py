@@ -19,9 +19,10 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Union
+from typing import Any
 
 
 @dataclass
@@ -38,7 +39,7 @@ class Reply:
     """Seconds between the bytes of the body: an endpoint that is alive but all but stalled."""
 
 
-Answer = Union[Reply, str]
+Answer = Reply | str
 
 
 class ChatServer:
@@ -130,7 +131,7 @@ def _handler(server: ChatServer) -> type[BaseHTTPRequestHandler]:
             # answer at once: without this, Nagle's algorithm and delayed ACKs add ~40 ms per request
             self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
-        def do_POST(self) -> None:  # noqa: N802 (the stdlib's name)
+        def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length", 0))
             raw = self.rfile.read(length)
             if self.path.rstrip("/") != "/v1/chat/completions":
@@ -147,7 +148,9 @@ def _handler(server: ChatServer) -> type[BaseHTTPRequestHandler]:
                 time.sleep(server.delay_s + reply.delay_s)
                 if reply.status != 200:
                     return self._send(reply.status, json.dumps({"error": f"scripted HTTP {reply.status}"}))
-                self._send(200, reply.raw if reply.raw is not None else json.dumps(completion(body, reply)), reply.trickle_s)
+                self._send(
+                    200, reply.raw if reply.raw is not None else json.dumps(completion(body, reply)), reply.trickle_s
+                )
             finally:
                 with server._lock:
                     server.in_flight -= 1

@@ -17,7 +17,9 @@ from qwq_chat_server import ChatServer
 
 def _rlf(*args: str, cwd) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RLF_")}
-    return subprocess.run([sys.executable, "-m", "rlfcore", *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "rlfcore", *args], capture_output=True, text=True, cwd=cwd, env=env, timeout=600
+    )
 
 
 def test_eval_and_train_with_the_judge(tmp_path):

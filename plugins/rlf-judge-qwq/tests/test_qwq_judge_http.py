@@ -12,12 +12,12 @@ import re
 import time
 
 import pytest
+from qwq_chat_server import ChatServer, Reply, closed_url
+from rlf_judge_qwq.judge import Judge
+from rlf_judge_qwq.settings import JudgeSettings
 
 from rlfcore import Sample
 from rlfcore.testing import rollout
-from rlf_judge_qwq.judge import Judge
-from rlf_judge_qwq.settings import JudgeSettings
-from qwq_chat_server import ChatServer, Reply, closed_url
 
 _FENCE = re.compile(r"<(response|candidate)-(\w{16})[^>]*>\n(.*?)\n</\1-\2>", re.DOTALL)
 FAST = {"backoff_s": 0.01, "backoff_max_s": 0.05, "retries": 1, "parse_retries": 1, "timeout_s": 5.0}

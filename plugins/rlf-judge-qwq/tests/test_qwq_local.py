@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import pytest
 import yaml
-
-from rlfcore import Sample
-from rlfcore.testing import rollout
 from rlf_judge_qwq.endpoints import Completion
 from rlf_judge_qwq.judge import Judge
 from rlf_judge_qwq.local import TransformersJudge
 from rlf_judge_qwq.metrics import JudgeMetrics
 from rlf_judge_qwq.settings import JudgeSettings
+
+from rlfcore import Sample
+from rlfcore.testing import rollout
 
 pytest.importorskip("transformers")
 

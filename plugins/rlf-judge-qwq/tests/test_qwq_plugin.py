@@ -9,12 +9,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from qwq_chat_server import ChatServer
+from rlf_judge_qwq.judge import judge_for
+from rlf_judge_qwq.settings import JudgeSettings
 
 from rlfcore.config import ConfigError, load_config
 from rlfcore.testing import check_plugin, make_manager, rollout
-from rlf_judge_qwq.judge import judge_for
-from rlf_judge_qwq.settings import JudgeSettings
-from qwq_chat_server import ChatServer
 
 PLUGIN_DIR = Path(__file__).resolve().parents[1]
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-
-from rlfcore import Sample
 from rlf_judge_qwq.prompts import Subject, defuse, group_messages, pointwise_messages, subject_of
 from rlf_judge_qwq.settings import JudgeSettings
 from rlf_judge_qwq.verdict import VerdictError, answer_part, parse_group, parse_pointwise
+
+from rlfcore import Sample
 
 
 def test_the_verdict_is_read_after_the_reasoning():

@@ -14,12 +14,17 @@ import pytest
 
 pytest.importorskip("verl", reason="verl is not installed (pip install 'rlfcore[verl]')")
 
-from qwq_chat_server import ChatServer, Reply  # noqa: E402
+from qwq_chat_server import ChatServer, Reply
 
 
 def _trace(answer: str) -> dict:
     return {
-        "id": "q#0", "row_id": "q", "env": None, "stop_reason": "answer", "num_turns": 1, "tool_calls": 0,
+        "id": "q#0",
+        "row_id": "q",
+        "env": None,
+        "stop_reason": "answer",
+        "num_turns": 1,
+        "tool_calls": 0,
         "messages": [{"role": "user", "content": "What is 6 x 7?"}, {"role": "assistant", "content": answer}],
         "ground_truth": "42",
     }

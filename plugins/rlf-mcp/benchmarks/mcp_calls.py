@@ -30,6 +30,7 @@ from rlf_mcp.pool import get_pool, shutdown
 from rlf_mcp.servers.calculator import evaluate, format_number
 from rlf_mcp.settings import McpSettings, configured_servers
 from rlf_mcp.toolset import load_tools
+
 from rlfcore.config import ToolsConfig
 from rlfcore.executor import ToolExecutor
 from rlfcore.tools import tool

@@ -25,8 +25,9 @@ import logging
 import math
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, TextIO
+from typing import Any, TextIO
 
 import anyio
 import httpx2
@@ -50,7 +51,13 @@ CLOSE_TIMEOUT_S = 10.0
 MAX_TOOL_PAGES = 100
 HTTP_TIMEOUT = httpx2.Timeout(30.0, read=300.0)
 CLIENT_INFO = types.Implementation(name="rlf-mcp", version="0.1.0")
-_TRANSPORT_ERRORS = (OSError, anyio.BrokenResourceError, anyio.ClosedResourceError, anyio.EndOfStream, httpx2.TransportError)
+_TRANSPORT_ERRORS = (
+    OSError,
+    anyio.BrokenResourceError,
+    anyio.ClosedResourceError,
+    anyio.EndOfStream,
+    httpx2.TransportError,
+)
 
 
 class ServerGone(TransientToolError):
@@ -159,7 +166,9 @@ class ServerConnection:
             try:
                 await asyncio.wait_for(asyncio.shield(self._owner), CLOSE_TIMEOUT_S)
             except asyncio.TimeoutError:
-                log.warning("MCP server %r did not close within %.0f s; abandoning its session", self.name, CLOSE_TIMEOUT_S)
+                log.warning(
+                    "MCP server %r did not close within %.0f s; abandoning its session", self.name, CLOSE_TIMEOUT_S
+                )
                 self._owner.cancel()
         self._session = None
         self._ready.set()
@@ -224,7 +233,9 @@ class ServerConnection:
                 if self.starts == 1:
                     self.tools = tools
                 elif {t.name for t in tools} != {t.name for t in self.tools}:
-                    log.warning("MCP server %r offers other tools after its restart; the run keeps the first list", self.name)
+                    log.warning(
+                        "MCP server %r offers other tools after its restart; the run keeps the first list", self.name
+                    )
                 self._session = session
                 self._ready.set()
                 if not first.done():
@@ -239,7 +250,9 @@ class ServerConnection:
         spec = self.spec
         if spec.transport == "stdio":
             assert spec.command is not None
-            params = StdioServerParameters(command=spec.command, args=list(spec.args), env=dict(spec.env) or None, cwd=spec.cwd)
+            params = StdioServerParameters(
+                command=spec.command, args=list(spec.args), env=dict(spec.env) or None, cwd=spec.cwd
+            )
             return stdio_client(params, errlog=_stderr())
         assert spec.url is not None
         headers = dict(spec.headers) or None

@@ -21,7 +21,8 @@ import atexit
 import concurrent.futures
 import os
 import threading
-from typing import TYPE_CHECKING, Any, Coroutine, TypeVar, cast
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 if TYPE_CHECKING:
     from rlf_mcp.connection import Policy, ServerConnection

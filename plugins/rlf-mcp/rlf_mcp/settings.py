@@ -60,7 +60,9 @@ class ServerConfig(BaseModel):
         description="stdio, http (streamable-http) or sse; default: stdio with a command, "
         "else sse for URLs ending in /sse, else http.",
     )
-    headers: dict[str, str] = Field(default_factory=dict, description="HTTP headers of a remote server (e.g. Authorization).")
+    headers: dict[str, str] = Field(
+        default_factory=dict, description="HTTP headers of a remote server (e.g. Authorization)."
+    )
     sse_read_timeout: float = Field(300.0, gt=0, description="SSE only: seconds to wait for the next event.")
     include: list[str] | None = Field(None, description="Offer only these of the server's tools (default: all).")
     exclude: list[str] = Field(default_factory=list, description="Never offer these tools.")
@@ -111,9 +113,13 @@ class McpSettings(BaseModel):
         None, gt=0, description="Per MCP tool call; default: the core's tools.timeout_s."
     )
     ping_timeout_s: float = Field(
-        5.0, gt=0, description="After a call times out, the server must answer a ping within this, or it is restarted as hung."
+        5.0,
+        gt=0,
+        description="After a call times out, the server must answer a ping within this, or it is restarted as hung.",
     )
-    restart_backoff_s: float = Field(0.5, ge=0, description="Wait before the first restart; doubles per failure, up to 30 s.")
+    restart_backoff_s: float = Field(
+        0.5, ge=0, description="Wait before the first restart; doubles per failure, up to 30 s."
+    )
     max_restarts: int = Field(
         10, ge=0, description="Failed restarts in a row (no successful call between) before a server is given up."
     )

@@ -10,7 +10,8 @@ and protocol errors raise :class:`McpToolError` (an ``exception`` result), a ser
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Coroutine
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 import mcp_types as types
 

@@ -12,7 +12,6 @@ import time
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-
 from rlf_mcp.servers.run import parser, serve
 
 server = MCPServer("probe", log_level="CRITICAL")
@@ -36,7 +35,7 @@ async def pause(seconds: float) -> str:
 
 @server.tool(description="Block the server's event loop: the whole server hangs.")
 async def hang(seconds: float) -> str:
-    time.sleep(seconds)
+    time.sleep(seconds)  # noqa: ASYNC251 - blocking on purpose
     return "woke up"
 
 

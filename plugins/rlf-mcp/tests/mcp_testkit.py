@@ -10,11 +10,11 @@ import time
 from pathlib import Path
 
 import pytest
-
 from rlf_mcp.connection import ServerConnection
 from rlf_mcp.pool import get_pool
 from rlf_mcp.settings import McpSettings, configured_servers
 from rlf_mcp.toolset import load_tools
+
 from rlfcore.config import ToolsConfig
 from rlfcore.executor import ToolExecutor
 from rlfcore.types import Tool, ToolCall, ToolResult

@@ -6,7 +6,6 @@ from __future__ import annotations
 import re
 
 import pytest
-
 from rlf_mcp.servers.calculator import MAX_BITS, MAX_LENGTH, CalculatorError, evaluate, format_number
 
 

@@ -10,9 +10,9 @@ import sys
 import time
 
 import pytest
-
 from mcp_testkit import PROBE, call, load, settings
 from rlf_mcp.pool import shutdown
+
 from rlfcore.config import ToolsConfig
 from rlfcore.executor import ToolExecutor
 from rlfcore.types import ToolCall

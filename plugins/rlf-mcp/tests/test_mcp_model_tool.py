@@ -8,7 +8,6 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-
 from mcp_testkit import call, load, settings
 from rlf_mcp.pool import shutdown
 from rlf_mcp.servers.model_tool import AskError, Endpoint, ask
@@ -19,7 +18,7 @@ class StubModel(BaseHTTPRequestHandler):
 
     seen: list[dict] = []
 
-    def do_POST(self) -> None:  # noqa: N802 (the stdlib's name)
+    def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         StubModel.seen.append({"path": self.path, "auth": self.headers.get("Authorization"), **body})
         question = body["messages"][-1]["content"]
@@ -53,7 +52,9 @@ def test_ask_sends_a_chat_completion_with_system_prompt_and_key(endpoint):
     answer = ask(Endpoint(base_url=endpoint, model="judge-7b", api_key="k", system="Be brief."), "what is mcp?")
     assert answer == "WHAT IS MCP?"
     [request] = StubModel.seen
-    assert request["path"] == "/v1/chat/completions" and request["model"] == "judge-7b" and request["auth"] == "Bearer k"
+    assert (
+        request["path"] == "/v1/chat/completions" and request["model"] == "judge-7b" and request["auth"] == "Bearer k"
+    )
     assert [m["role"] for m in request["messages"]] == ["system", "user"]
 
 

@@ -9,11 +9,22 @@ import sys
 import time
 
 import pytest
-
-from mcp_testkit import call, children, connection, load, needs_proc, pid_of, probe_once, probe_server, settings, wait_gone
+from mcp_testkit import (
+    call,
+    children,
+    connection,
+    load,
+    needs_proc,
+    pid_of,
+    probe_once,
+    probe_server,
+    settings,
+    wait_gone,
+)
 from rlf_mcp.connection import ServerDown
 from rlf_mcp.pool import shutdown
 from rlf_mcp.settings import McpSettings
+
 from rlfcore.config import ToolsConfig
 from rlfcore.executor import ToolExecutor
 from rlfcore.types import ToolCall
@@ -82,5 +93,7 @@ def test_a_server_that_cannot_start_is_an_error_naming_it(tools):
         load(settings(broken={"command": sys.executable, "args": ["-c", "raise SystemExit(2)"]}))
     mute = {"command": sys.executable, "args": ["-c", "import sys; sys.stdin.read()"]}  # never answers
     silent = McpSettings.model_validate({"servers": {"silent": mute}, "startup_timeout_s": 0.5})
-    with pytest.raises(ServerDown, match=r"'silent' .* could not start: TimeoutError: no tool list within startup_timeout_s=0.5"):
+    with pytest.raises(
+        ServerDown, match=r"'silent' .* could not start: TimeoutError: no tool list within startup_timeout_s=0.5"
+    ):
         load(silent)

@@ -14,16 +14,16 @@ from collections import defaultdict
 from pathlib import Path
 
 import pytest
-
 from mcp_testkit import PROBE, children, needs_proc, wait_gone
 from rlf_mcp.pool import shutdown
+
 from rlfcore.testing import rollout
 
 pytestmark = needs_proc
 
 
 def tool_call(name: str, **arguments: object) -> str:
-    return f'<tool_call>\n{json.dumps({"name": name, "arguments": arguments})}\n</tool_call>'
+    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
 
 
 @pytest.fixture(scope="module")

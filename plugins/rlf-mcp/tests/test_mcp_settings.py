@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from rlf_mcp.settings import McpConfigError, McpSettings, configured_servers
+
 from rlfcore.config import ConfigError, load_config
 from rlfcore.testing import make_manager
 
@@ -70,7 +70,9 @@ def test_variables_expand_and_relative_cwd_resolves_against_the_config_folder(mo
 
 def test_a_missing_variable_names_the_server_and_field(monkeypatch):
     monkeypatch.delenv("MCP_NOPE", raising=False)
-    with pytest.raises(McpConfigError, match=r"server 'r' \(mcp.servers\), field 'headers.X': environment variable MCP_NOPE"):
+    with pytest.raises(
+        McpConfigError, match=r"server 'r' \(mcp.servers\), field 'headers.X': environment variable MCP_NOPE"
+    ):
         servers({"servers": {"r": {"url": "http://127.0.0.1:9/mcp", "headers": {"X": "${MCP_NOPE}"}}}})
 
 

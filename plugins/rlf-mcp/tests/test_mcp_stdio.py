@@ -11,11 +11,11 @@ import time
 from dataclasses import replace
 
 import pytest
-
 from mcp_testkit import HERE, call, children, connection, load, needs_proc, pid_of, probe_server, settings, wait_gone
 from rlf_mcp.pool import get_pool, shutdown
 from rlf_mcp.settings import McpConfigError, configured_servers
 from rlf_mcp.toolset import make_tools
+
 from rlfcore.config import ToolsConfig
 from rlfcore.executor import ToolExecutor
 from rlfcore.types import ToolCall
@@ -114,7 +114,9 @@ def test_filter_names_must_exist_on_the_server(tools, field, names, message):
 def test_two_servers_offering_the_same_name_need_a_prefix(tools):
     [entry] = configured_servers(settings(probe=ENTRY), HERE)
     probe = connection("probe")
-    with pytest.raises(McpConfigError, match="tool 'echo' is offered by server 'probe' and by server 'probe'; set `prefix`"):
+    with pytest.raises(
+        McpConfigError, match="tool 'echo' is offered by server 'probe' and by server 'probe'; set `prefix`"
+    ):
         make_tools([entry, replace(entry)], [probe, probe], get_pool())
     prefixed = make_tools([entry, replace(entry, prefix="b_")], [probe, probe], get_pool())
     assert {"echo", "b_echo"} <= {t.name for t in prefixed}

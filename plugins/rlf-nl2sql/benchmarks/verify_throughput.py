@@ -28,8 +28,9 @@ import platform
 import sqlite3
 import time
 import urllib.parse
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from rlf_nl2sql.answer import extract_sql
 from rlf_nl2sql.compare import results_match
@@ -172,7 +173,9 @@ def _print(report: dict[str, Any]) -> None:
     )
     print(f"{'way':<28} {'workers':>7} {'seconds':>8} {'µs/sample':>10} {'vs serial':>9}")
     for r in report["results"]:
-        print(f"{r['way']:<28} {r['workers']:>7} {r['seconds']:>8.3f} {r['us_per_sample']:>10.1f} {r['speedup_vs_serial']:>8.2f}x")
+        print(
+            f"{r['way']:<28} {r['workers']:>7} {r['seconds']:>8.3f} {r['us_per_sample']:>10.1f} {r['speedup_vs_serial']:>8.2f}x"
+        )
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """``rlf-nl2sql``: prepare NL2SQL datasets as rlf rows, or write the shop demo to try the plugin.
 
-    rlf-nl2sql prepare dev.json --db-dir database/ --out dev.jsonl          # Spider or BIRD
-    rlf-nl2sql prepare geoquery.jsonl --out geoquery.rlf.jsonl --check      # databases beside the file
-    rlf-nl2sql demo shop/                                                   # shop.sqlite, shop.jsonl, shop.yaml
+rlf-nl2sql prepare dev.json --db-dir database/ --out dev.jsonl          # Spider or BIRD
+rlf-nl2sql prepare geoquery.jsonl --out geoquery.rlf.jsonl --check      # databases beside the file
+rlf-nl2sql demo shop/                                                   # shop.sqlite, shop.jsonl, shop.yaml
 """
 
 from __future__ import annotations
@@ -10,8 +10,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence, get_args
+from typing import get_args
 
 from rlf_nl2sql.answer import AnswerFormat
 from rlf_nl2sql.prepare import PrepareError, prepare, read_records, write_jsonl
@@ -30,18 +31,29 @@ rollout:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="rlf-nl2sql", description="Prepare NL2SQL datasets as rlf rows, or write the shop demo.")
+    parser = argparse.ArgumentParser(
+        prog="rlf-nl2sql", description="Prepare NL2SQL datasets as rlf rows, or write the shop demo."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("prepare", help="turn Spider/BIRD/GeoQuery-style questions into rlf JSONL rows")
     p.add_argument("input", type=Path, help="a JSON list (Spider, BIRD) or JSON lines (GeoQuery)")
     p.add_argument("--out", type=Path, required=True, help="the JSONL file to write")
     p.add_argument("--db-dir", type=Path, help="folder of the databases (default: the input's folder)")
-    p.add_argument("--schema", choices=["prompt", "tool"], default="prompt",
-                   help="put the schema in the prompt, or tell the model to call the schema tool (set nl2sql.schema_tool)")
+    p.add_argument(
+        "--schema",
+        choices=["prompt", "tool"],
+        default="prompt",
+        help="put the schema in the prompt, or tell the model to call the schema tool (set nl2sql.schema_tool)",
+    )
     p.add_argument("--answer-format", choices=get_args(AnswerFormat), default="sql_fence")
-    p.add_argument("--where", action="append", default=[], metavar="FIELD=VALUE",
-                   help="keep only records whose FIELD equals VALUE (e.g. question_split=test); repeatable")
+    p.add_argument(
+        "--where",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="keep only records whose FIELD equals VALUE (e.g. question_split=test); repeatable",
+    )
     p.add_argument("--limit", type=int, help="write at most this many rows")
     p.add_argument("--check", action="store_true", help="run each gold query and leave out those that fail")
 

@@ -27,9 +27,10 @@ import re
 import sqlite3
 import time
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from rlf_nl2sql.sqltext import QUERY_KEYWORDS, first_keyword
 
@@ -47,13 +48,44 @@ PROGRESS_EVERY = 100000
 
 _PRINTF = re.compile("printf|format", re.IGNORECASE)
 _READ_ACTIONS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION, sqlite3.SQLITE_RECURSIVE}
-_ACTIONS = (
-    "CREATE_INDEX CREATE_TABLE CREATE_TEMP_INDEX CREATE_TEMP_TABLE CREATE_TEMP_TRIGGER CREATE_TEMP_VIEW "
-    "CREATE_TRIGGER CREATE_VIEW DELETE DROP_INDEX DROP_TABLE DROP_TEMP_INDEX DROP_TEMP_TABLE DROP_TEMP_TRIGGER "
-    "DROP_TEMP_VIEW DROP_TRIGGER DROP_VIEW INSERT PRAGMA READ SELECT TRANSACTION UPDATE ATTACH DETACH ALTER_TABLE "
-    "REINDEX ANALYZE CREATE_VTABLE DROP_VTABLE FUNCTION SAVEPOINT RECURSIVE"
-).split()
-_ACTION_NAMES = {getattr(sqlite3, f"SQLITE_{a}"): a.replace("_", " ") for a in _ACTIONS if hasattr(sqlite3, f"SQLITE_{a}")}
+_ACTIONS = [
+    "CREATE_INDEX",
+    "CREATE_TABLE",
+    "CREATE_TEMP_INDEX",
+    "CREATE_TEMP_TABLE",
+    "CREATE_TEMP_TRIGGER",
+    "CREATE_TEMP_VIEW",
+    "CREATE_TRIGGER",
+    "CREATE_VIEW",
+    "DELETE",
+    "DROP_INDEX",
+    "DROP_TABLE",
+    "DROP_TEMP_INDEX",
+    "DROP_TEMP_TABLE",
+    "DROP_TEMP_TRIGGER",
+    "DROP_TEMP_VIEW",
+    "DROP_TRIGGER",
+    "DROP_VIEW",
+    "INSERT",
+    "PRAGMA",
+    "READ",
+    "SELECT",
+    "TRANSACTION",
+    "UPDATE",
+    "ATTACH",
+    "DETACH",
+    "ALTER_TABLE",
+    "REINDEX",
+    "ANALYZE",
+    "CREATE_VTABLE",
+    "DROP_VTABLE",
+    "FUNCTION",
+    "SAVEPOINT",
+    "RECURSIVE",
+]
+_ACTION_NAMES = {
+    getattr(sqlite3, f"SQLITE_{a}"): a.replace("_", " ") for a in _ACTIONS if hasattr(sqlite3, f"SQLITE_{a}")
+}
 """Authorizer action codes by name (the module's constants mix them with result codes of equal value)."""
 
 
@@ -112,7 +144,9 @@ class Session:
         self._guarded = False
         # a view or trigger of the file may call printf without the query naming it: then always guard
         self._always_guard = bool(
-            self.conn.execute("SELECT 1 FROM sqlite_master WHERE sql LIKE '%printf%' OR sql LIKE '%format%' LIMIT 1").fetchall()
+            self.conn.execute(
+                "SELECT 1 FROM sqlite_master WHERE sql LIKE '%printf%' OR sql LIKE '%format%' LIMIT 1"
+            ).fetchall()
         )
 
     def query(self, sql: str, *, timeout_s: float, max_rows: int, max_bytes: int = MAX_RESULT_BYTES) -> QueryResult:

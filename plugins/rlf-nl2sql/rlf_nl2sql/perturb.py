@@ -61,7 +61,9 @@ class Facts:
                     if col.lower() == key:
                         sql = f"SELECT DISTINCT {_ident(col)} FROM {_ident(table)} WHERE {_ident(col)} IS NOT NULL"
                         found.update(r[0] for r in self.session.query(sql, timeout_s=10, max_rows=1_000_000).rows)
-            self._values[key] = sorted(found, key=lambda v: (isinstance(v, str), v if not isinstance(v, bytes) else b""))
+            self._values[key] = sorted(
+                found, key=lambda v: (isinstance(v, str), v if not isinstance(v, bytes) else b"")
+            )
         return self._values[key]
 
 
@@ -162,8 +164,26 @@ def _aliases(toks: list[Token], facts: Facts) -> dict[str, str]:
     return out
 
 
-_CLAUSE_WORDS = {"WHERE", "JOIN", "ON", "GROUP", "ORDER", "LIMIT", "UNION", "INNER", "LEFT", "CROSS", "NATURAL",
-                 "EXCEPT", "INTERSECT", "HAVING", "USING", "AND", "OR", "WINDOW"}
+_CLAUSE_WORDS = {
+    "WHERE",
+    "JOIN",
+    "ON",
+    "GROUP",
+    "ORDER",
+    "LIMIT",
+    "UNION",
+    "INNER",
+    "LEFT",
+    "CROSS",
+    "NATURAL",
+    "EXCEPT",
+    "INTERSECT",
+    "HAVING",
+    "USING",
+    "AND",
+    "OR",
+    "WINDOW",
+}
 
 
 def _all_columns(facts: Facts) -> set[str]:
@@ -205,4 +225,3 @@ def _splice(sql: str, toks: list[Token], text: str) -> str:
 
 def _ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
-

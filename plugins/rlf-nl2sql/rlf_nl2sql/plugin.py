@@ -12,6 +12,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from rlf_nl2sql.database import DatabaseUnavailable
+from rlf_nl2sql.settings import Locator, Settings, base_dir
+from rlf_nl2sql.tools import DatabaseTool, make_tools
+from rlf_nl2sql.verify import PoolKind, Verifier, VerifyOptions
 from rlfcore import (
     Example,
     Sample,
@@ -25,11 +29,6 @@ from rlfcore import (
     Verification,
     hookimpl,
 )
-
-from rlf_nl2sql.database import DatabaseUnavailable
-from rlf_nl2sql.settings import Locator, Settings, base_dir
-from rlf_nl2sql.tools import DatabaseTool, make_tools
-from rlf_nl2sql.verify import PoolKind, Verifier, VerifyOptions
 
 NAME = "nl2sql"
 """The entry-point name, which is also the config section's."""
@@ -86,7 +85,9 @@ def compute_score(sample: Sample, verification: Verification | None, ctx: ScoreC
     execution = float(verification.passed)
     fmt = float(verification.details.get("format", 0.0))
     error = verification.error if verification.details.get("stage") in INFRASTRUCTURE_STAGES else None
-    return Score(value=(1 - weight) * execution + weight * fmt, components={"execution": execution, "format": fmt}, error=error)
+    return Score(
+        value=(1 - weight) * execution + weight * fmt, components={"execution": execution, "format": fmt}, error=error
+    )
 
 
 @hookimpl

@@ -19,9 +19,10 @@ fields of a record (splits, difficulty) are kept in ``extra``.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Literal
+from typing import Any, Literal
 
 from rlf_nl2sql.answer import FORMATS, AnswerFormat
 from rlf_nl2sql.database import QueryError, Session
@@ -117,7 +118,10 @@ def prepare(
         extra = {"db": db, "question": question}
         extra.update({k: v for k, v in record.items() if k not in CONSUMED and isinstance(v, (str, int, float, bool))})
         prompt = build_prompt(
-            question, schema=schemas[path] if schema == "prompt" else None, answer_format=answer_format, hint=record.get("evidence")
+            question,
+            schema=schemas[path] if schema == "prompt" else None,
+            answer_format=answer_format,
+            hint=record.get("evidence"),
         )
         out.rows.append({"id": row_id, "env": "nl2sql", "prompt": prompt, "ground_truth": gold, "extra": extra})
     return out

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -26,29 +27,49 @@ class Settings(BaseModel):
         None, description="Folder that rows' relative `extra.db` paths start from (itself relative to the run config)."
     )
     confine_to_db_root: bool = Field(
-        False, description="Refuse a row's `extra.db` outside `db_root` (absolute, `..`, a symlink out): for untrusted data."
+        False,
+        description="Refuse a row's `extra.db` outside `db_root` (absolute, `..`, a symlink out): for untrusted data.",
     )
     db: str | None = Field(None, description="Database file for rows that name none (relative to the run config).")
     max_rows: int = Field(20, ge=1, description="Rows of a query result shown to the model.")
     max_chars: int = Field(2000, ge=100, description="Characters of a query result shown to the model.")
     max_cell_chars: int = Field(100, ge=8, description="Characters of one value shown to the model.")
     max_result_bytes: int = Field(
-        1024 * 1024, ge=1024, description="Bytes one `sql` tool query may fetch (all rows and values); a larger result is an error."
+        1024 * 1024,
+        ge=1024,
+        description="Bytes one `sql` tool query may fetch (all rows and values); a larger result is an error.",
     )
     query_timeout_s: float = Field(2.0, gt=0, description="Time limit of one query the model runs with the `sql` tool.")
-    schema_tool: bool = Field(False, description="Also offer a `schema` tool (for prompts prepared without the schema).")
-    answer_format: AnswerFormat = Field("sql_fence", description="The final answer's expected shape: sql_fence, answer_tag or plain.")
+    schema_tool: bool = Field(
+        False, description="Also offer a `schema` tool (for prompts prepared without the schema)."
+    )
+    answer_format: AnswerFormat = Field(
+        "sql_fence", description="The final answer's expected shape: sql_fence, answer_tag or plain."
+    )
     format_weight: float = Field(
-        0.0, ge=0, le=1, description="Share of the reward for answering in `answer_format`; the rest is execution match."
+        0.0,
+        ge=0,
+        le=1,
+        description="Share of the reward for answering in `answer_format`; the rest is execution match.",
     )
     verify_timeout_s: float = Field(10.0, gt=0, description="Time limit of each query run to verify an answer.")
-    verify_pool: PoolKind = Field("process", description="Verify answers in worker processes or threads (see the benchmark).")
-    verify_workers: int = Field(0, ge=0, description="Workers verifying answers in parallel; 0: one per CPU, at most 8.")
-    verify_max_rows: int = Field(100_000, ge=1, description="Larger results fail verification instead of filling memory.")
-    verify_max_bytes: int = Field(64 * 1024 * 1024, ge=1024, description="Bytes a verifying query may fetch; more fails it.")
+    verify_pool: PoolKind = Field(
+        "process", description="Verify answers in worker processes or threads (see the benchmark)."
+    )
+    verify_workers: int = Field(
+        0, ge=0, description="Workers verifying answers in parallel; 0: one per CPU, at most 8."
+    )
+    verify_max_rows: int = Field(
+        100_000, ge=1, description="Larger results fail verification instead of filling memory."
+    )
+    verify_max_bytes: int = Field(
+        64 * 1024 * 1024, ge=1024, description="Bytes a verifying query may fetch; more fails it."
+    )
     rel_tol: float = Field(1e-6, ge=0, description="Relative tolerance when comparing numbers.")
     abs_tol: float = Field(1e-9, ge=0, description="Absolute tolerance when comparing numbers.")
-    ignore_column_order: bool = Field(True, description="Accept the right columns in another order (Spider); false: BIRD.")
+    ignore_column_order: bool = Field(
+        True, description="Accept the right columns in another order (Spider); false: BIRD."
+    )
 
     def verify_options(self) -> VerifyOptions:
         return VerifyOptions(

@@ -9,7 +9,8 @@ comments correctly. So this is a lexer, not a parser.
 from __future__ import annotations
 
 import re
-from typing import Iterator, NamedTuple
+from collections.abc import Iterator
+from typing import NamedTuple
 
 _TOKEN = re.compile(
     r"""

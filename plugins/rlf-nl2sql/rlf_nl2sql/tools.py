@@ -11,14 +11,14 @@ error that says how to name one.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
-
-from rlfcore import Tool
+from typing import Any
 
 from rlf_nl2sql.database import DatabaseUnavailable, QueryError, QueryResult, Session
 from rlf_nl2sql.settings import Locator, Settings, row_extra
+from rlfcore import Tool
 
 EXECUTOR_MARGIN_S = 5.0
 """The executor's own timeout is the query's plus this: the query's progress handler stops it first."""
@@ -157,4 +157,3 @@ def make_tools(settings: Settings, locator: Locator) -> list[DatabaseTool]:
             )
         )
     return tools
-

@@ -24,17 +24,17 @@ import multiprocessing
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Iterable, Sequence
 from concurrent.futures import Executor, Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Literal, Sequence
-
-from rlfcore import Verification
+from typing import Any, Literal
 
 from rlf_nl2sql.answer import AnswerFormat, extract_sql
 from rlf_nl2sql.compare import Tolerance, results_match
 from rlf_nl2sql.database import MAX_RESULT_BYTES, DatabaseUnavailable, QueryError, QueryResult, Session
 from rlf_nl2sql.sqltext import has_top_level_order_by
+from rlfcore import Verification
 
 PoolKind = Literal["process", "thread"]
 Item = tuple[Any, Any, str]
@@ -68,7 +68,9 @@ class _Gold:
 class Verifier:
     """Verifies final answers against gold SQL, in parallel, with per-query time limits."""
 
-    def __init__(self, options: VerifyOptions = VerifyOptions(), workers: int | None = None, pool: PoolKind = "process"):
+    def __init__(
+        self, options: VerifyOptions = VerifyOptions(), workers: int | None = None, pool: PoolKind = "process"
+    ):
         self.options = options
         self.workers = workers or min(DEFAULT_MAX_WORKERS, os.cpu_count() or 1)
         self.pool = pool
@@ -104,7 +106,12 @@ class Verifier:
         if not golds:
             return failed("gold", "the sample has no gold SQL")
         try:
-            pred = self._session(db).query(extraction.sql, timeout_s=self.options.timeout_s, max_rows=self.options.max_rows, max_bytes=self.options.max_bytes)
+            pred = self._session(db).query(
+                extraction.sql,
+                timeout_s=self.options.timeout_s,
+                max_rows=self.options.max_rows,
+                max_bytes=self.options.max_bytes,
+            )
         except QueryError as exc:
             return failed("database" if isinstance(exc, DatabaseUnavailable) else "prediction", str(exc))
         if pred.truncated:
@@ -239,7 +246,9 @@ class Verifier:
 
     def _run_gold(self, db: str | Path, sql: str) -> _Gold:
         try:
-            result = self._session(db).query(sql, timeout_s=self.options.timeout_s, max_rows=self.options.max_rows, max_bytes=self.options.max_bytes)
+            result = self._session(db).query(
+                sql, timeout_s=self.options.timeout_s, max_rows=self.options.max_rows, max_bytes=self.options.max_bytes
+            )
         except QueryError as exc:
             return _Gold(error=str(exc))
         if result.truncated:
@@ -247,7 +256,9 @@ class Verifier:
         return _Gold(result=result, ordered=has_top_level_order_by(sql))
 
 
-def _settle(chunk: list[tuple[Item, asyncio.Future[Verification]]], done: Future[list[Verification | BaseException]]) -> None:
+def _settle(
+    chunk: list[tuple[Item, asyncio.Future[Verification]]], done: Future[list[Verification | BaseException]]
+) -> None:
     """Hand a chunk's results to the waiting coroutines (on the event loop's thread)."""
     error = done.exception()
     results = [error] * len(chunk) if error is not None else done.result()

@@ -15,9 +15,27 @@ def test_benchmark_smoke(shared_data, tmp_path, capsys):
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     out = tmp_path / "result.json"
-    bench.main(["--data", str(shared_data / "nl2sql" / "geoquery"), "--limit", "12", "--repeat", "1", "--workers", "2", "--out", str(out)])
+    bench.main(
+        [
+            "--data",
+            str(shared_data / "nl2sql" / "geoquery"),
+            "--limit",
+            "12",
+            "--repeat",
+            "1",
+            "--workers",
+            "2",
+            "--out",
+            str(out),
+        ]
+    )
     report = json.loads(out.read_text())
     assert report["samples"] == 24 and report["gold_scored_1"] == 1.0
-    assert [r["way"] for r in report["results"]] == ["serial loop", "plugin inline, 1 thread", "plugin, thread pool", "plugin, process pool"]
+    assert [r["way"] for r in report["results"]] == [
+        "serial loop",
+        "plugin inline, 1 thread",
+        "plugin, thread pool",
+        "plugin, process pool",
+    ]
     assert all(r["us_per_sample"] > 0 for r in report["results"])
     assert "µs/sample" in capsys.readouterr().out

@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from rlf_nl2sql.database import DatabaseUnavailable, QueryDenied, QueryError, QueryTimeout, Session
 from rlf_nl2sql.shop import build_database, shop_sql
 from rlf_nl2sql.tools import render_result
@@ -53,9 +52,15 @@ def digest(path: Path) -> str:
 def test_reads_work(db):
     with Session(db) as s:
         assert s.query("SELECT COUNT(*) FROM customers", timeout_s=1, max_rows=5).rows == [(8,)]
-        assert [r[1] for r in s.query("PRAGMA table_info(products)", timeout_s=1, max_rows=9).rows][:2] == ["id", "name"]
-        assert s.query("WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n WHERE x < 5) SELECT SUM(x) FROM n",
-                       timeout_s=1, max_rows=1).rows == [(15,)]
+        assert [r[1] for r in s.query("PRAGMA table_info(products)", timeout_s=1, max_rows=9).rows][:2] == [
+            "id",
+            "name",
+        ]
+        assert s.query(
+            "WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n WHERE x < 5) SELECT SUM(x) FROM n",
+            timeout_s=1,
+            max_rows=1,
+        ).rows == [(15,)]
         assert "CREATE TABLE customers" in s.schema()
 
 
@@ -71,7 +76,9 @@ def test_destructive_statements_are_refused_and_the_file_is_unchanged(db, tmp_pa
 
 
 # Not here: REINDEX of a database without indexes asks the authorizer nothing (and writes nothing).
-@pytest.mark.parametrize("statement", [s for s in DESTRUCTIVE if not s.startswith(("SELECT 1;", "SELECT load", "REINDEX"))])
+@pytest.mark.parametrize(
+    "statement", [s for s in DESTRUCTIVE if not s.startswith(("SELECT 1;", "SELECT load", "REINDEX"))]
+)
 def test_the_authorizer_alone_refuses_what_the_keyword_check_would(db, statement):
     """Defence in depth: sent straight to the connection, past the keyword check, it is still denied."""
     before = digest(db)
@@ -120,13 +127,15 @@ def test_one_long_function_call_is_refused_before_it_runs(db, function):
         with pytest.raises(QueryError, match="above"):
             s.query(f"SELECT {function}('%.900000000c', 'x') FROM customers", timeout_s=0.5, max_rows=1)
         assert time.monotonic() - start < 1.0
-        ok = s.query(f"SELECT {function}('%d-%s|%5.2f|%%|%-4s|%.*s', 3, 'a', 3.14159, 'b', 2, 'xyz')", timeout_s=1, max_rows=1)
+        ok = s.query(
+            f"SELECT {function}('%d-%s|%5.2f|%%|%-4s|%.*s', 3, 'a', 3.14159, 'b', 2, 'xyz')", timeout_s=1, max_rows=1
+        )
         assert ok.rows == [("3-a| 3.14|%|b   |xy",)]
         for sql in (f"SELECT {function}('%c%c|%s', 'x')", f"SELECT {function}('%!.3g %q', 1.5e10, 'it''s')"):
             assert s.query(sql, timeout_s=1, max_rows=1).rows == sqlite3.connect(":memory:").execute(sql).fetchall()
         assert s.query("SELECT 1", timeout_s=1, max_rows=1).rows == [(1,)]  # SQLite's own printf is back...
         with pytest.raises(QueryError, match="above"):  # ...and guarded again for the next query naming it
-            s.query(f'SELECT "{function.upper()}"(\'%.*c\', 1e9, \'x\')', timeout_s=0.5, max_rows=1)
+            s.query(f"SELECT \"{function.upper()}\"('%.*c', 1e9, 'x')", timeout_s=0.5, max_rows=1)
 
 
 def test_a_view_calling_printf_is_guarded_too(db):
@@ -165,7 +174,10 @@ def test_results_are_shown_within_row_and_character_limits(db):
         many = s.query("SELECT id, name FROM products ORDER BY id", timeout_s=1, max_rows=3)
         nulls = s.query("SELECT name, city FROM customers WHERE city IS NULL", timeout_s=1, max_rows=3)
         none = s.query("SELECT name FROM customers WHERE 0", timeout_s=1, max_rows=3)
-    assert render_result(few, max_chars=500, max_cell_chars=50) == "name | city\nAda Lovelace | London\nJohn Backus | London\n(2 rows)"
+    assert (
+        render_result(few, max_chars=500, max_cell_chars=50)
+        == "name | city\nAda Lovelace | London\nJohn Backus | London\n(2 rows)"
+    )
     text = render_result(many, max_chars=500, max_cell_chars=50)
     assert text.splitlines()[1:4] == ["1 | Notebook", "2 | Fountain pen", "3 | Pencil set"]
     assert "3 rows shown; the query returned more" in text

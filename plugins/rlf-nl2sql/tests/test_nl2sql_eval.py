@@ -14,9 +14,10 @@ import re
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from rlf_nl2sql.prepare import prepare, read_records, write_jsonl
 
@@ -56,7 +57,9 @@ class PolicyServer:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 text = server.policy(server.tokenizer.decode(body["prompt"]))
                 ids = server.tokenizer.encode(text, add_special_tokens=False) + [server.eos]
-                answer = {"choices": [{"index": 0, "text": text, "token_ids": ids, "logprobs": None, "finish_reason": "stop"}]}
+                answer = {
+                    "choices": [{"index": 0, "text": text, "token_ids": ids, "logprobs": None, "finish_reason": "stop"}]
+                }
                 data = json.dumps(answer).encode()
                 self.send_response(200)
                 self.send_header("Content-Type", "application/json")
@@ -85,10 +88,26 @@ def test_rlf_eval_runs_the_example_config_on_geoquery(shared_data, tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("RLF_")}
     with PolicyServer(tokenizer, policy) as server:
         out = subprocess.run(
-            [sys.executable, "-m", "rlfcore", "eval", str(EXAMPLE), "--engine", "openai", f"engine.base_url={server.base_url}",
-             f"model.tokenizer={tmp_path / 'tokenizer'}", f"data.eval={tmp_path / 'rows.jsonl'}", f"nl2sql.db_root={geoquery}",
-             "--out", str(tmp_path / "out.jsonl")],
-            capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300,
+            [
+                sys.executable,
+                "-m",
+                "rlfcore",
+                "eval",
+                str(EXAMPLE),
+                "--engine",
+                "openai",
+                f"engine.base_url={server.base_url}",
+                f"model.tokenizer={tmp_path / 'tokenizer'}",
+                f"data.eval={tmp_path / 'rows.jsonl'}",
+                f"nl2sql.db_root={geoquery}",
+                "--out",
+                str(tmp_path / "out.jsonl"),
+            ],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=env,
+            timeout=300,
         )
     assert out.returncode == 0, out.stdout + out.stderr
     records = {r["row_id"]: r for r in map(json.loads, (tmp_path / "out.jsonl").read_text().splitlines())}
@@ -97,7 +116,12 @@ def test_rlf_eval_runs_the_example_config_on_geoquery(shared_data, tmp_path):
         assert r["env"] == "nl2sql" and r["stop_reason"] == "answer" and r["reward_error"] is None, r["error"]
         assert 'CREATE TABLE "city"' in r["messages"][0]["content"]
         assert r["tool_calls"] == 1 and r["tool_errors"] == 0
-        assert r["messages"][2] == {"role": "tool", "tool_call_id": "call_0", "name": "sql", "content": "COUNT(*)\n386\n(1 row)"}
+        assert r["messages"][2] == {
+            "role": "tool",
+            "tool_call_id": "call_0",
+            "name": "sql",
+            "content": "COUNT(*)\n386\n(1 row)",
+        }
     # the example config gives 0.1 of the reward for the ```sql format, 0.9 for execution match
     rewards = [round(records[r["id"]]["reward"], 6) for r in rows]
     assert rewards == [1.0, 1.0, 0.1]
@@ -112,13 +136,36 @@ def test_rlf_train_runs_the_example_config_on_geoquery(shared_data, tmp_path):
     write_jsonl(rows, tmp_path / "rows.jsonl")
     env = {k: v for k, v in os.environ.items() if not k.startswith("RLF_")}
     out = subprocess.run(
-        [sys.executable, "-m", "rlfcore", "train", str(EXAMPLE), "--run-dir", str(tmp_path / "run"),
-         f"data.train={tmp_path / 'rows.jsonl'}", f"nl2sql.db_root={geoquery}", f"model.path={tmp_path / 'model'}",
-         f"model.init.texts=[{tmp_path / 'rows.jsonl'}]", "model.init.vocab_size=400", "model.init.hidden_size=32",
-         "model.init.num_layers=1", "model.init.intermediate_size=64", "model.init.template=qwen3",
-         "trainer.steps=2", "trainer.prompts_per_step=2", "rollout.n=2", "rollout.max_turns=2",
-         "rollout.sampling.temperature=1.0", "rollout.sampling.max_tokens=16", "engine.device=cpu"],
-        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "rlfcore",
+            "train",
+            str(EXAMPLE),
+            "--run-dir",
+            str(tmp_path / "run"),
+            f"data.train={tmp_path / 'rows.jsonl'}",
+            f"nl2sql.db_root={geoquery}",
+            f"model.path={tmp_path / 'model'}",
+            f"model.init.texts=[{tmp_path / 'rows.jsonl'}]",
+            "model.init.vocab_size=400",
+            "model.init.hidden_size=32",
+            "model.init.num_layers=1",
+            "model.init.intermediate_size=64",
+            "model.init.template=qwen3",
+            "trainer.steps=2",
+            "trainer.prompts_per_step=2",
+            "rollout.n=2",
+            "rollout.max_turns=2",
+            "rollout.sampling.temperature=1.0",
+            "rollout.sampling.max_tokens=16",
+            "engine.device=cpu",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=600,
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     metrics = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]

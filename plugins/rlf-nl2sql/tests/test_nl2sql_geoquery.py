@@ -14,10 +14,10 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
 from rlf_nl2sql.database import Session
 from rlf_nl2sql.perturb import Facts, perturb
 from rlf_nl2sql.prepare import prepare, read_records
+
 from rlfcore.testing import rollout
 
 DESTRUCTIVE = [

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from rlf_nl2sql.answer import extract_sql
 from rlf_nl2sql.sqltext import first_keyword, first_statement, has_top_level_order_by
 
@@ -39,7 +38,11 @@ def test_reasoning_is_never_the_answer():
 
 
 def test_format_is_checked_against_the_expected_shape():
-    fenced, tagged, bare = extract_sql("```sql\nSELECT 1\n```"), extract_sql("<answer>SELECT 1</answer>"), extract_sql("SELECT 1")
+    fenced, tagged, bare = (
+        extract_sql("```sql\nSELECT 1\n```"),
+        extract_sql("<answer>SELECT 1</answer>"),
+        extract_sql("SELECT 1"),
+    )
     assert fenced.follows("sql_fence") and not fenced.follows("answer_tag")
     assert tagged.follows("answer_tag") and not tagged.follows("sql_fence")
     assert not bare.follows("sql_fence") and bare.follows("plain") and fenced.follows("plain")

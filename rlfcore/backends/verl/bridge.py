@@ -24,9 +24,23 @@ from rlfcore.loop import Rollout, Trajectory
 from rlfcore.types import Message
 
 TRACE_FIELDS = (
-    "id", "row_id", "env", "messages", "num_turns", "tool_calls", "tool_errors", "tool_error_kinds",
-    "tool_tracebacks", "stop_reason", "truncated", "error", "template_mismatch", "generate_s", "tools_s",
-    "ground_truth", "extra",
+    "id",
+    "row_id",
+    "env",
+    "messages",
+    "num_turns",
+    "tool_calls",
+    "tool_errors",
+    "tool_error_kinds",
+    "tool_tracebacks",
+    "stop_reason",
+    "truncated",
+    "error",
+    "template_mismatch",
+    "generate_s",
+    "tools_s",
+    "ground_truth",
+    "extra",
 )
 """The trajectory fields sent to the reward function; token lists stay in verl's tensors."""
 
@@ -70,7 +84,9 @@ class VerlServerEngine(Engine):
         tokens = list(out.token_ids)
         if out.log_probs is None or len(out.log_probs) != len(tokens):
             got = "none" if out.log_probs is None else len(out.log_probs)
-            raise RuntimeError(f"verl's server returned {len(tokens)} tokens and {got} logprobs for request {request_id}")
+            raise RuntimeError(
+                f"verl's server returned {len(tokens)} tokens and {got} logprobs for request {request_id}"
+            )
         stopped = bool(tokens) and (tokens[-1] in params.stop_token_ids)
         finish = "length" if len(tokens) >= params.max_tokens and not stopped else "stop"
         return Generation(token_ids=tokens, logprobs=[float(x) for x in out.log_probs], finish_reason=finish)

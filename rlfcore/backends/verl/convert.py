@@ -51,7 +51,9 @@ def write_parquet(rows: list[Row], path: str | Path, runtime: Runtime) -> Path:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    records = [verl_record(row, i, runtime.env_of(row.raw or {"env": row.env, "id": row.id})) for i, row in enumerate(rows)]
+    records = [
+        verl_record(row, i, runtime.env_of(row.raw or {"env": row.env, "id": row.id})) for i, row in enumerate(rows)
+    ]
     if not records:
         raise ValueError(f"no rows to write to {path}")
     path = Path(path)

@@ -44,9 +44,9 @@ seed: 0
 model: {path: model}
 data: {train: data.jsonl, default_env: calc}
 rollout: {n: 2, max_turns: 2, max_total_tokens: 512, max_response_tokens: 64, sampling: {temperature: 1.0, max_tokens: 32}}
-trainer: {steps: %d, prompts_per_step: 4, micro_batch_size: 8, lr: 3.0e-4, checkpoint_every: 1, samples_per_step: 2}
+trainer: {steps: @STEPS@, prompts_per_step: 4, micro_batch_size: 8, lr: 3.0e-4, checkpoint_every: 1, samples_per_step: 2}
 tools: {timeout_s: 5}
-""" % STEPS
+""".replace("@STEPS@", str(STEPS))
 
 RAW = [
     "actor_rollout_ref.rollout.enforce_eager=true",
@@ -67,8 +67,17 @@ def write_workdir(work: Path) -> Path:
     model = work / "model"
     if not (model / "config.json").exists():
         texts = ["What is 2 plus 3? The answer is 5.", CALL, "<tool_response>\n5\n</tool_response>"] * 40
-        build_tiny(texts, model, vocab_size=512, hidden_size=128, num_heads=2, num_kv_heads=1, num_layers=4,
-                   intermediate_size=384, max_position_embeddings=1024)
+        build_tiny(
+            texts,
+            model,
+            vocab_size=512,
+            hidden_size=128,
+            num_heads=2,
+            num_kv_heads=1,
+            num_layers=4,
+            intermediate_size=384,
+            max_position_embeddings=1024,
+        )
     (work / "digits.py").write_text(REWARD_PLUGIN)
     rows = [{"id": f"q{i}", "prompt": f"What is {i} plus {i + 1}?", "ground_truth": str(2 * i + 1)} for i in range(32)]
     (work / "data.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
@@ -76,13 +85,28 @@ def write_workdir(work: Path) -> Path:
     return work / "run.yaml"
 
 
-def train(config: Path, run_dir: Path, raw: list[str], resume: bool = False, timeout_s: float | None = None, gpus: int = 1) -> int:
+def train(
+    config: Path, run_dir: Path, raw: list[str], resume: bool = False, timeout_s: float | None = None, gpus: int = 1
+) -> int:
     """``rlf train CONFIG --backend verl --gpus GPUS`` (this environment's ``rlf``), with verl's metrics to a file."""
     rlf = Path(sys.executable).with_name("rlf")
     phase = "resume" if resume else "first"
-    cmd = [str(rlf), "train", str(config), *([f"trainer.steps={STEPS + 1}"] if resume else []), "--backend", "verl",
-           "--gpus", str(gpus), "--run-dir", str(run_dir), *(["--resume"] if resume else []), "--",
-           "trainer.logger=[console,file]", *raw]
+    cmd = [
+        str(rlf),
+        "train",
+        str(config),
+        *([f"trainer.steps={STEPS + 1}"] if resume else []),
+        "--backend",
+        "verl",
+        "--gpus",
+        str(gpus),
+        "--run-dir",
+        str(run_dir),
+        *(["--resume"] if resume else []),
+        "--",
+        "trainer.logger=[console,file]",
+        *raw,
+    ]
     env = {**os.environ, "VERL_FILE_LOGGER_PATH": str(run_dir / f"verl-metrics-{phase}.jsonl")}
     with open(run_dir.parent / f"{run_dir.name}-{phase}.log", "w") as log:
         return subprocess.call(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=config.parent, timeout=timeout_s)
@@ -113,7 +137,11 @@ def check(run_dir: Path) -> tuple[dict[str, Any], list[str]]:
     if not any(m.get("actor/grad_norm", 0) > 0 for m in steps.values()):
         problems.append("every gradient was zero: the actor did not learn")
     ckpt = run_dir / "checkpoints"
-    latest = (ckpt / "latest_checkpointed_iteration.txt").read_text().strip() if (ckpt / "latest_checkpointed_iteration.txt").exists() else None
+    latest = (
+        (ckpt / "latest_checkpointed_iteration.txt").read_text().strip()
+        if (ckpt / "latest_checkpointed_iteration.txt").exists()
+        else None
+    )
     if latest != str(STEPS + 1):
         problems.append(f"verl's latest checkpoint is {latest}, not {STEPS + 1}")
     for step in range(1, STEPS + 2):
@@ -135,16 +163,35 @@ def check(run_dir: Path) -> tuple[dict[str, Any], list[str]]:
         if len({r.get("id") for r in records}) != len(records):
             problems.append(f"rlf's records {path} repeat a sample: samples were scored on another one's trace")
         for rec in records:
-            missing = {"messages", "stop_reason", "tool_calls", "reward", "reward_components", "weight_version"} - set(rec)
+            missing = {"messages", "stop_reason", "tool_calls", "reward", "reward_components", "weight_version"} - set(
+                rec
+            )
             if missing or rec["weight_version"] != step - 1 or rec["messages"][-1]["role"] != "assistant":
-                problems.append(f"rlf's record of {rec.get('id')} in {path} lacks {sorted(missing)} or is not step {step}'s")
+                problems.append(
+                    f"rlf's record of {rec.get('id')} in {path} lacks {sorted(missing)} or is not step {step}'s"
+                )
                 break
-        if sorted(round(r["score"], 4) for r in rows) != sorted(round(r["reward"], 4) for r in records):  # verl's are float32
+        if sorted(round(r["score"], 4) for r in rows) != sorted(
+            round(r["reward"], 4) for r in records
+        ):  # verl's are float32
             problems.append(f"step {step}: verl's dumped scores are not the rewards of rlf's records")
     summary = {
-        "steps": {s: {k: m.get(k) for k in ("critic/score/mean", "actor/grad_norm", "timing_s/step", "timing_s/gen",
-                                            "timing_s/update_actor", "timing_s/update_weights", "num_turns/mean",
-                                            "training/rollout_probs_diff_max")} for s, m in sorted(steps.items())},
+        "steps": {
+            s: {
+                k: m.get(k)
+                for k in (
+                    "critic/score/mean",
+                    "actor/grad_norm",
+                    "timing_s/step",
+                    "timing_s/gen",
+                    "timing_s/update_actor",
+                    "timing_s/update_weights",
+                    "num_turns/mean",
+                    "training/rollout_probs_diff_max",
+                )
+            }
+            for s, m in sorted(steps.items())
+        },
         "latest_checkpoint": latest,
         "dumped_samples": {s: len(rows) for s, rows in dumps.items()},
         "stop_reasons": {s: sorted({r["stop_reason"] for r in recs}) for s, recs in traces.items()},

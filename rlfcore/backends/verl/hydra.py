@@ -87,7 +87,9 @@ def refusals(config: RunConfig) -> list[str]:
     t, r, e = config.trainer, config.rollout, config.engine
     out = []
     if t.lr_schedule == "linear":
-        out.append("trainer.lr_schedule: verl has constant and cosine schedules, not 'linear'; set it to constant or cosine")
+        out.append(
+            "trainer.lr_schedule: verl has constant and cosine schedules, not 'linear'; set it to constant or cosine"
+        )
     if t.turn_advantage == "return_to_go":
         out.append(
             "trainer.turn_advantage: verl's GRPO gives every token of a sample one advantage, so per-turn "
@@ -102,9 +104,13 @@ def refusals(config: RunConfig) -> list[str]:
             f"so it must hold the longest one; set it to at least rollout.max_total_tokens ({r.max_total_tokens})"
         )
     if r.max_total_tokens < 2:
-        out.append(f"rollout.max_total_tokens ({r.max_total_tokens}): leaves no room for a prompt and a response; set it to 2 or more")
+        out.append(
+            f"rollout.max_total_tokens ({r.max_total_tokens}): leaves no room for a prompt and a response; set it to 2 or more"
+        )
     if r.sampling.seed is not None:
-        out.append("rollout.sampling.seed: verl seeds its rollout servers from `seed` (actor_rollout_ref.rollout.seed); remove rollout.sampling.seed")
+        out.append(
+            "rollout.sampling.seed: verl seeds its rollout servers from `seed` (actor_rollout_ref.rollout.seed); remove rollout.sampling.seed"
+        )
     if "concurrency" in _set(r):
         out.append(
             "rollout.concurrency: verl runs a step's samples all at once across its agent-loop workers; remove it "
@@ -117,7 +123,9 @@ def refusals(config: RunConfig) -> list[str]:
         )
     for name in ("base_url", "model", "api_key"):
         if getattr(e, name) is not None:
-            out.append(f"engine.{name}: verl generates with its own rollout servers; remove engine.{name} for the verl backend")
+            out.append(
+                f"engine.{name}: verl generates with its own rollout servers; remove engine.{name} for the verl backend"
+            )
     for name, settings in config._settings.items():
         if getattr(settings, "mode", None) == "group":
             out.append(
@@ -138,7 +146,11 @@ LOCAL_ONLY = {
 
 def notices(config: RunConfig) -> list[str]:
     """One line per local-only setting the user set, saying why verl does not use it."""
-    return [f"{key}: not used by verl ({why})" for key, why in LOCAL_ONLY.items() if key.split(".")[1] in _set(config.engine)]
+    return [
+        f"{key}: not used by verl ({why})"
+        for key, why in LOCAL_ONLY.items()
+        if key.split(".")[1] in _set(config.engine)
+    ]
 
 
 def lengths(config: RunConfig) -> tuple[int, int]:

@@ -13,17 +13,16 @@ import logging
 import shlex
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from rlfcore.backends.verl.hydra import Cluster, compose, notices, validate, verl_overrides
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
-    from rlfcore.config import RunConfig
-    from rlfcore.plugins import PluginManager
 
 log = logging.getLogger("rlfcore.verl")
 
@@ -98,7 +97,9 @@ def prepare(
     if config.data.eval:
         val_file = write_parquet(read_rows(_data_path(config.data.eval, base)), out / "val.parquet", runtime)
     sft_model = sft_model_path(run_dir) if config.sft.data else None
-    translated = verl_overrides(config, config_path, train_file, val_file, overrides, run_dir, cluster, sft_model, resume)
+    translated = verl_overrides(
+        config, config_path, train_file, val_file, overrides, run_dir, cluster, sft_model, resume
+    )
     all_overrides = translated + list(raw_overrides)
     cfg = compose(all_overrides)
     validate(cfg)

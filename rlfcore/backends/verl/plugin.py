@@ -15,5 +15,7 @@ log = logging.getLogger("rlfcore.verl")
 try:
     from rlfcore.backends.verl import bridge, reward_manager  # noqa: F401  (registration happens on import)
 except Exception:
-    log.exception("rlf: the verl plugin failed to load; the rlf_agent agent loop is NOT registered, nor the rlf reward manager")
+    log.exception(
+        "rlf: the verl plugin failed to load; the rlf_agent agent loop is NOT registered, nor the rlf reward manager"
+    )
     raise

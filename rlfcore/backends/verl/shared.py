@@ -12,14 +12,17 @@ import asyncio
 import atexit
 import logging
 import weakref
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rlfcore.runtime import Runtime
 
 log = logging.getLogger("rlfcore.verl")
 
-_runtimes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[tuple[str, tuple[str, ...]], asyncio.Task[Runtime]]]
+_runtimes: weakref.WeakKeyDictionary[
+    asyncio.AbstractEventLoop, dict[tuple[str, tuple[str, ...]], asyncio.Task[Runtime]]
+]
 _runtimes = weakref.WeakKeyDictionary()
 
 

@@ -15,11 +15,12 @@ import ast
 import math
 import operator
 import sys
-from typing import Annotated, Callable, Union
+from collections.abc import Callable
+from typing import Annotated
 
 from pydantic import Field
 
-Number = Union[int, float]
+Number = int | float
 
 MAX_LENGTH = 200
 """Characters in one expression at most."""
@@ -86,7 +87,9 @@ def _apply(op: type[ast.operator], left: Number, right: Number) -> Number:
     try:
         value = _BINARY[op](left, right)
     except ZeroDivisionError:
-        raise CalculatorError(f"division by zero in {format_number(left)} {_SYMBOL[op]} {format_number(right)}") from None
+        raise CalculatorError(
+            f"division by zero in {format_number(left)} {_SYMBOL[op]} {format_number(right)}"
+        ) from None
     except OverflowError:
         raise CalculatorError("the result is too large to represent") from None
     if isinstance(value, complex):
@@ -99,9 +102,14 @@ def _apply(op: type[ast.operator], left: Number, right: Number) -> Number:
 def _check_power(base: Number, exponent: Number) -> None:
     if abs(exponent) > MAX_EXPONENT:
         raise CalculatorError(f"the exponent {format_number(exponent)} is too large (at most {MAX_EXPONENT} in size)")
-    if isinstance(base, int) and isinstance(exponent, int) and exponent > 0:
-        if max(base.bit_length() - 1, 0) * exponent > MAX_BITS:  # a lower bound on the result's size
-            raise CalculatorError(f"the result has more than {MAX_BITS} bits")
+    # a lower bound on the result's size
+    if (
+        isinstance(base, int)
+        and isinstance(exponent, int)
+        and exponent > 0
+        and max(base.bit_length() - 1, 0) * exponent > MAX_BITS
+    ):
+        raise CalculatorError(f"the result has more than {MAX_BITS} bits")
 
 
 def _describe(node: ast.AST) -> str:
@@ -121,8 +129,12 @@ def build_server():  # -> MCPServer, imported lazily so ``evaluate`` needs no MC
 
     server = MCPServer("calculator", instructions="Exact arithmetic on numbers.", log_level="WARNING")
 
-    @server.tool(description="Evaluate an arithmetic expression: numbers, + - * / // % **, unary minus and parentheses.")
-    def calculate(expression: Annotated[str, Field(description='The expression, e.g. "12 * (3 + 4) - 2 ** 5".')]) -> str:
+    @server.tool(
+        description="Evaluate an arithmetic expression: numbers, + - * / // % **, unary minus and parentheses."
+    )
+    def calculate(
+        expression: Annotated[str, Field(description='The expression, e.g. "12 * (3 + 4) - 2 ** 5".')],
+    ) -> str:
         try:
             return format_number(evaluate(expression))
         except CalculatorError as exc:

@@ -116,7 +116,9 @@ def main(argv: list[str] | None = None) -> None:
     cli.add_argument("--base-url", default=env("RLF_MODEL_TOOL_BASE_URL"), help="the endpoint, ending in /v1")
     cli.add_argument("--model", default=env("RLF_MODEL_TOOL_MODEL"), help="the served model's name")
     cli.add_argument("--system", default=env("RLF_MODEL_TOOL_SYSTEM"), help="a system prompt for every question")
-    cli.add_argument("--description", default=DEFAULT_DESCRIPTION, help="the tool's description, as the policy reads it")
+    cli.add_argument(
+        "--description", default=DEFAULT_DESCRIPTION, help="the tool's description, as the policy reads it"
+    )
     cli.add_argument("--max-tokens", type=int, default=512)
     cli.add_argument("--timeout", type=float, default=120.0, help="seconds per question")
     args = cli.parse_args(argv)

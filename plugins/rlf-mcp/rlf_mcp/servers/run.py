@@ -9,8 +9,12 @@ from typing import Any
 def parser(description: str) -> argparse.ArgumentParser:
     """An argument parser with the transport options; servers add their own before parsing."""
     p = argparse.ArgumentParser(description=description)
-    p.add_argument("--http", type=int, metavar="PORT", help="serve streamable HTTP at http://HOST:PORT/mcp instead of stdio")
-    p.add_argument("--sse", type=int, metavar="PORT", help="serve the older SSE transport at http://HOST:PORT/sse instead")
+    p.add_argument(
+        "--http", type=int, metavar="PORT", help="serve streamable HTTP at http://HOST:PORT/mcp instead of stdio"
+    )
+    p.add_argument(
+        "--sse", type=int, metavar="PORT", help="serve the older SSE transport at http://HOST:PORT/sse instead"
+    )
     p.add_argument("--host", default="127.0.0.1", help="address for --http (default: 127.0.0.1, this machine only)")
     return p
 
