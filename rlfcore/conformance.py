@@ -180,7 +180,9 @@ def _sample_value(schema: dict[str, Any]) -> Any:
         return schema["default"]
     kind = schema.get("type")
     kind = kind[0] if isinstance(kind, list) else kind
-    return {"string": "test", "integer": 1, "number": 1.0, "boolean": True, "array": [], "object": {}}.get(kind, "test")
+    return {"string": "test", "integer": 1, "number": 1.0, "boolean": True, "array": [], "object": {}}.get(
+        str(kind), "test"
+    )
 
 
 async def _run_examples(

@@ -46,13 +46,15 @@ def normalize_row(raw: dict[str, Any], index: int = 0, where: str = "row") -> Ro
         messages = [dict(m) for m in prompt]
     else:
         raise DataError(f"{where}: 'prompt' must be a string or a list of messages with a 'role', got {prompt!r:.80}")
-    reward_model = raw.get("reward_model") if isinstance(raw.get("reward_model"), dict) else {}
+    reward_model = raw.get("reward_model")
+    reward_model = reward_model if isinstance(reward_model, dict) else {}
     extra = raw.get("extra", raw.get("extra_info")) or {}
     if not isinstance(extra, dict):
         raise DataError(f"{where}: 'extra' must be an object, got {extra!r:.80}")
     ground_truth = raw.get("ground_truth", raw.get("answer", reward_model.get("ground_truth")))
-    if hasattr(ground_truth, "tolist"):  # numpy arrays from parquet
-        ground_truth = ground_truth.tolist()
+    tolist = getattr(ground_truth, "tolist", None)
+    if callable(tolist):  # numpy arrays from parquet
+        ground_truth = tolist()
     row_id = raw.get("id", extra.get("id", extra.get("index", index)))
     return Row(
         id=str(row_id),

@@ -230,7 +230,12 @@ class ToolExecutor:
                 limit.release()
             raise
         run = asyncio.ensure_future(_guarded(self._call(tool, arguments)))
-        run.add_done_callback(lambda _: [limit.release() for limit in held])
+
+        def release(_: asyncio.Future[Any]) -> None:
+            for limit in held:
+                limit.release()
+
+        run.add_done_callback(release)
         try:
             done, _ = await asyncio.wait({run}, timeout=timeout)
         except asyncio.CancelledError:  # the trajectory itself was cancelled

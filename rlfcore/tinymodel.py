@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from rlfcore.chat import END_OF_TURN, QWEN3_TEMPLATE, SPECIAL_TOKENS
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedModel, PreTrainedTokenizerFast
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ def build_model(
         raise ValueError(f"num_heads={num_heads} is not divisible by num_kv_heads={num_kv_heads}")
     tok = tokenizer if tokenizer is not None else AutoTokenizer.from_pretrained(str(tokenizer_dir))
     eos_id = tok.eos_token_id if tok.eos_token is not None else tok.convert_tokens_to_ids(END_OF_TURN)
-    if eos_id is None or eos_id == tok.unk_token_id:
+    if not isinstance(eos_id, int) or eos_id == tok.unk_token_id:
         raise ValueError(f"tokenizer in {tokenizer_dir} names no eos_token and lacks {END_OF_TURN!r}")
     pad_id = tok.pad_token_id if tok.pad_token_id is not None else eos_id  # Llama 3 has no pad token
     bos_id = tok.bos_token_id if tok.bos_token_id is not None else pad_id  # Qwen has no bos; it uses <|endoftext|>
@@ -150,7 +150,7 @@ TOKENIZER_FILES = (
 """The files of a Hugging Face tokenizer folder (a model folder's other files are not copied)."""
 
 
-def copy_tokenizer(tokenizer_dir: str | Path, out_dir: str | Path) -> PreTrainedTokenizerFast:
+def copy_tokenizer(tokenizer_dir: str | Path, out_dir: str | Path) -> PreTrainedTokenizerBase:
     """Copy a real tokenizer folder's files into ``out_dir`` byte for byte, once they are known to
     load offline and to carry a chat template (rlf renders every prompt with it); returns the tokenizer."""
     from transformers import AutoTokenizer

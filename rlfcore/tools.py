@@ -11,7 +11,7 @@ import inspect
 import json
 import re
 from collections.abc import Callable
-from typing import Any, overload
+from typing import Any, cast, overload
 
 from pydantic import TypeAdapter, validate_call
 
@@ -62,7 +62,7 @@ def tool(
     """
 
     def build(f: Callable[..., Any]) -> Tool:
-        tool_name = name or getattr(f, "__name__", "")
+        tool_name = name if name else str(getattr(f, "__name__", ""))
         if not _NAME.match(tool_name):
             raise ValueError(f"tool name {tool_name!r} must be 1-64 letters, digits, '_' or '-'")
         _check_signature(f, tool_name)
@@ -89,7 +89,7 @@ def tool(
 
 def function_schema(fn: Callable[..., Any]) -> dict[str, Any]:
     """The JSON schema of a function's keyword arguments, without pydantic's ``title`` noise."""
-    return _drop_titles(TypeAdapter(fn).json_schema())
+    return _drop_titles(TypeAdapter(cast(Any, fn)).json_schema())  # a function is accepted, though typed for types
 
 
 def _check_signature(fn: Callable[..., Any], tool_name: str) -> None:

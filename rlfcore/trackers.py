@@ -25,6 +25,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -151,7 +152,7 @@ class Trackers:
         self.trackers = trackers
 
     @classmethod
-    def open(cls, names: list[str], run_path: Path, project: str, config: dict[str, Any]) -> Trackers:
+    def open(cls, names: Sequence[str], run_path: Path, project: str, config: dict[str, Any]) -> Trackers:
         """Start each named tracker; ids kept in ``RUN/trackers.json`` resume the same W&B and MLflow runs."""
         ids_path = run_path / "trackers.json"
         ids: dict[str, str] = json.loads(ids_path.read_text()) if ids_path.exists() else {}

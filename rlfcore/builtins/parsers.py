@@ -183,12 +183,12 @@ def _split_calls(text: str, start: int, stop: int) -> list[tuple[int, int]]:
     """Spans of ``text[start:stop]`` between ``;`` characters outside JSON strings, whitespace
     trimmed, blank ones dropped; past :data:`MAX_CALLS` spans, the rest is one more span."""
     spans: list[tuple[int, int]] = []
-    pos = _SEPARATORS.match(text, start, stop).end()
+    pos = _end(_SEPARATORS, text, start, stop)
     while pos < stop:
-        end = stop if len(spans) == MAX_CALLS else _PART.match(text, pos, stop).end()
+        end = stop if len(spans) == MAX_CALLS else _end(_PART, text, pos, stop)
         part = text[pos:end]  # the parts are disjoint, so slicing them stays linear overall
         spans.append((pos, end - (len(part) - len(part.rstrip()))))
-        pos = _SEPARATORS.match(text, end, stop).end()
+        pos = _end(_SEPARATORS, text, end, stop)
     return spans
 
 
@@ -295,7 +295,8 @@ def _kind(value: Any) -> str:
         return "null"
     if isinstance(value, bool):
         return "boolean"
-    return {dict: "object", list: "array", str: "string"}.get(type(value), "number")
+    kinds: dict[type, str] = {dict: "object", list: "array", str: "string"}
+    return kinds.get(type(value), "number")
 
 
 def _value_end(text: str, i: int) -> int:
@@ -307,7 +308,7 @@ def _value_end(text: str, i: int) -> int:
     cost time in proportion to how far into the text it was.
     """
     if i >= len(text) or text[i] not in '[{"':
-        return _SCALAR.match(text, i).end()
+        return _end(_SCALAR, text, i)
     depth = 0
     for m in _JSON_TOKEN.finditer(text, i):
         ch = text[m.start()]
@@ -324,8 +325,15 @@ def _value_end(text: str, i: int) -> int:
     return len(text)
 
 
+def _end(pattern: re.Pattern[str], text: str, pos: int, stop: int | None = None) -> int:
+    """Where ``pattern``, one that also matches the empty string, stops matching at ``pos``."""
+    match = pattern.match(text, pos, len(text) if stop is None else stop)
+    assert match is not None  # every pattern given here matches the empty string
+    return match.end()
+
+
 def _skip_space(text: str, i: int) -> int:
-    return _SPACE.match(text, i).end()
+    return _end(_SPACE, text, i)
 
 
 def _drop_trailing_commas(s: str) -> str:

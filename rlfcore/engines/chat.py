@@ -45,7 +45,13 @@ def refuse_chat_engine(config: RunConfig) -> None:
         raise ConfigError([ConfigIssue(path="engine.name", message=TRAINING_REFUSED.format(name=name))], source=source)
 
 
-_FINISH = {"stop": "stop", "tool_calls": "stop", "function_call": "stop", "eos": "stop", "length": "length"}
+_FINISH: dict[Any, Literal["stop", "length"]] = {
+    "stop": "stop",
+    "tool_calls": "stop",
+    "function_call": "stop",
+    "eos": "stop",
+    "length": "length",
+}
 
 
 @dataclass(frozen=True)

@@ -226,7 +226,8 @@ def parse_choice(
         named = next((s for s in (choice.get("stop_reason"), choice.get("matched_stop")) if _is_id(s)), None)
         eos = list(tokenizer.eos_token_ids) if tokenizer is not None else []
         if not ids or ids[-1] not in {*params.stop_token_ids, *eos, *([named] if named is not None else [])}:
-            missing = named if named is not None else (eos or params.stop_token_ids or [None])[0]
+            ends = eos or list(params.stop_token_ids)
+            missing = named if named is not None else (ends[0] if ends else None)
             if missing is not None:
                 ids.append(missing)
                 if logprobs is not None:

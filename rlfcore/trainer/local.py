@@ -231,7 +231,13 @@ class LocalTrainer:
     def _update(self, trajectories: list[Trajectory]) -> dict[str, float]:
         usable = [t for t in trajectories if t.stop_reason != "error" and any(t.response_mask)]
         if not usable:
-            return {"loss": 0.0, "kl": 0.0, "grad_norm": 0.0, "clip_frac": 0.0, "lr": self.scheduler.get_last_lr()[0]}
+            return {
+                "loss": 0.0,
+                "kl": 0.0,
+                "grad_norm": 0.0,
+                "clip_frac": 0.0,
+                "lr": float(self.scheduler.get_last_lr()[0]),
+            }
         adv = self._advantages(usable)
         # A sample whose advantages are all 0 (its whole group scored alike) adds nothing to the gradient
         # without a KL term: it still counts in the normalisation, but needs no forward pass.
@@ -300,7 +306,7 @@ class LocalTrainer:
                 norms.append(float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)))
             self.optimizer.step()  # without gradients it changes nothing, and keeps the schedule in step
         drift = self._engine_drift(usable, chunks, old)
-        lr = self.scheduler.get_last_lr()[0]
+        lr = float(self.scheduler.get_last_lr()[0])
         self.scheduler.step()
         return {
             "loss": sum(losses) / self.cfg.epochs_per_step,

@@ -88,7 +88,7 @@ def load_policy(path: Path, device: str = "auto", dtype: str = "auto") -> tuple[
     from rlfcore.engines.transformers import resolve_device, resolve_dtype
 
     model = AutoModelForCausalLM.from_pretrained(path, dtype=resolve_dtype(dtype), local_files_only=True)
-    model.to(resolve_device(device))
+    model.to(resolve_device(device))  # type: ignore[arg-type]  # transformers types .to for its own decorator
     model.train()
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     return model, tokenizer

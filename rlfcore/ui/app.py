@@ -396,7 +396,7 @@ def example_arguments(schema: Any) -> str:
     out = {}
     for name, spec in props.items():
         spec = spec if isinstance(spec, dict) else {}
-        out[name] = spec["default"] if "default" in spec else placeholders.get(spec.get("type"), "")
+        out[name] = spec["default"] if "default" in spec else placeholders.get(str(spec.get("type")), "")
     return json.dumps(out, ensure_ascii=False)
 
 

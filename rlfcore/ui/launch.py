@@ -146,5 +146,6 @@ def dry_run(config: Path, run: Path, overrides: list[str], timeout_s: float = 30
             env={**os.environ, "TERM": "dumb"},
         )
     except subprocess.TimeoutExpired as exc:
-        return 124, f"timed out after {timeout_s:.0f} s\n{exc.stdout or ''}", argv
+        partial = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout or ""
+        return 124, f"timed out after {timeout_s:.0f} s\n{partial}", argv
     return done.returncode, done.stdout + done.stderr, argv

@@ -40,7 +40,8 @@ def tokenizer_dir(run: Path, config: dict[str, Any]) -> Path | None:
     ckpts = sorted((run / "checkpoints").glob("*/model/tokenizer_config.json"), key=lambda p: p.stat().st_mtime)
     if ckpts:
         return ckpts[-1].parent
-    model = config.get("model") if isinstance(config.get("model"), dict) else {}
+    model = config.get("model")
+    model = model if isinstance(model, dict) else {}
     for key in ("tokenizer", "path"):
         value = model.get(key)
         if isinstance(value, str) and Path(value).is_absolute() and (Path(value) / "tokenizer_config.json").exists():

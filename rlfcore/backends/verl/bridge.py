@@ -10,7 +10,7 @@ function.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Any, Literal
 from uuid import uuid4
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
@@ -88,7 +88,7 @@ class VerlServerEngine(Engine):
                 f"verl's server returned {len(tokens)} tokens and {got} logprobs for request {request_id}"
             )
         stopped = bool(tokens) and (tokens[-1] in params.stop_token_ids)
-        finish = "length" if len(tokens) >= params.max_tokens and not stopped else "stop"
+        finish: Literal["stop", "length"] = "length" if len(tokens) >= params.max_tokens and not stopped else "stop"
         return Generation(token_ids=tokens, logprobs=[float(x) for x in out.log_probs], finish_reason=finish)
 
 

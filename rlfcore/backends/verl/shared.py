@@ -71,7 +71,7 @@ def rlf_settings(verl_config: Any) -> tuple[str, list[str]]:
     """The rlf config path and overrides that :mod:`.hydra` stored in verl's config (``rlf.*``)."""
     section = verl_config.get("rlf") if hasattr(verl_config, "get") else None
     path = section.get("config") if section is not None else None
-    if not path:
+    if section is None or not path:
         raise RuntimeError(
             "verl's config has no rlf.config: the rlf_agent agent loop needs the rlf run config "
             "(launch with `rlf train CONFIG --backend verl`, or add +rlf.config=/path/to/run.yaml)"
