@@ -94,9 +94,9 @@ def main(argv: list[str] | None = None) -> dict:
     from rlfcore.config import load_config
     from rlfcore.runtime import Runtime
     from rlfcore.tinymodel import build_tiny
-    from rlfcore.trainer.local import LocalTrainer
-    from rlfcore.trainer.model import load_policy
-    from rlfcore.trainer.rundir import RunDir
+    from rlfcore.backends.local.local import LocalTrainer
+    from rlfcore.backends.local.model import load_policy
+    from rlfcore.backends.local.rundir import RunDir
 
     with tempfile.TemporaryDirectory() as tmp:
         texts = [

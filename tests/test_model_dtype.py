@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from rlfcore.engines.transformers import TransformersEngine, resolve_dtype  # noqa: E402
-from rlfcore.trainer.model import load_policy  # noqa: E402
+from rlfcore.backends.local.model import load_policy  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -230,7 +230,7 @@ def test_a_real_tokenizer_excludes_training_one_and_bad_folders_are_named(real_m
     """``model.init.tokenizer`` with a trained tokenizer's settings is a config error naming both; a
     missing folder, a folder with no tokenizer and a tokenizer with no chat template are each named."""
     from rlfcore.config import ConfigError, load_config
-    from rlfcore.trainer.model import ensure_model
+    from rlfcore.backends.local.model import ensure_model
 
     with pytest.raises(ConfigError) as err:
         load_config({"model": {"path": "m", "init": {"tokenizer": "tok", "texts": ["a.jsonl"], "vocab_size": 600}}})

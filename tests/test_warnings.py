@@ -36,7 +36,7 @@ def compute_score(sample):
 
 def _train(tmp_path: Path, plugin: str, overrides: list[str]):
     from rlfcore.config import load_config
-    from rlfcore.trainer.run import train
+    from rlfcore.backends.local.run import train
 
     (tmp_path / "plugin.py").write_text(plugin)
     rows = [{"id": f"r{i}", "prompt": f"Say something about {i}."} for i in range(4)]

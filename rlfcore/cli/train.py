@@ -159,7 +159,7 @@ def train(
     if resume and not run_dir:
         raise click.UsageError("--resume needs --run-dir: the run to continue")
     from rlfcore.config import load_config
-    from rlfcore.trainer.run import train as run_train
+    from rlfcore.backends.local.run import train as run_train
 
     config, manager = load_config(config_path, list(overrides))
     path = _run_path(config_path, run_dir)
@@ -181,7 +181,7 @@ def train(
 def sft(config_path: str, overrides: tuple[str, ...], run_dir: str | None) -> None:
     """Supervised warm start on sft.data (JSONL of conversations), loss on assistant tokens only."""
     from rlfcore.config import load_config
-    from rlfcore.trainer.run import sft_only
+    from rlfcore.backends.local.run import sft_only
 
     config, manager = load_config(config_path, list(overrides))
     path = _run_path(config_path, run_dir)
@@ -228,8 +228,8 @@ def init_model(config_path: str, overrides: tuple[str, ...]) -> None:
     from rlfcore.config import load_config
     from rlfcore.runtime import Runtime
     from rlfcore.tinymodel import describe
-    from rlfcore.trainer.model import ensure_model, load_policy, tool_schemas
-    from rlfcore.trainer.run import base_dir
+    from rlfcore.backends.local.model import ensure_model, load_policy, tool_schemas
+    from rlfcore.backends.local.run import base_dir
 
     config, manager = load_config(config_path, list(overrides))
     runtime = asyncio.run(Runtime.create(config, manager))

@@ -32,9 +32,9 @@ from rlfcore.loop import Rollout, Trajectory
 from rlfcore.rewards import RewardPipeline, turn_returns
 from rlfcore.runtime import Runtime
 from rlfcore.signals import Interrupted, deferred
-from rlfcore.trainer import grpo
-from rlfcore.trainer.checkpoint import load_error
-from rlfcore.trainer.rundir import RunDir, rng_state, set_rng_state
+from rlfcore.backends.local import grpo
+from rlfcore.backends.local.checkpoint import load_error
+from rlfcore.backends.local.rundir import RunDir, rng_state, set_rng_state
 
 
 def schedule(kind: str, warmup: int, total: int) -> Callable[[int], float]:

@@ -16,8 +16,8 @@ from rlfcore.diagnostics import Advisor, config_warnings
 from rlfcore.engines.chat import refuse_chat_engine
 from rlfcore.plugins import PluginManager
 from rlfcore.runtime import Runtime
-from rlfcore.trainer.model import ensure_model, load_policy, resolve, tool_schemas
-from rlfcore.trainer.rundir import RunDir
+from rlfcore.backends.local.model import ensure_model, load_policy, resolve, tool_schemas
+from rlfcore.backends.local.rundir import RunDir
 
 Progress = Callable[[str, dict[str, Any]], None]
 """Called as ``(phase, metrics)`` after every step: phase is ``sft`` or ``grpo``."""
@@ -68,8 +68,8 @@ def train(
     continues from the last checkpoint, ``resume_from`` from the one named (an earlier, intact one)."""
     import torch
 
-    from rlfcore.trainer.local import LocalTrainer
-    from rlfcore.trainer.sft import train_sft
+    from rlfcore.backends.local.local import LocalTrainer
+    from rlfcore.backends.local.sft import train_sft
 
     start = time.perf_counter()
     refuse_chat_engine(config)
@@ -130,7 +130,7 @@ def sft_only(
     config: RunConfig, manager: PluginManager, run_path: Path, progress: Progress | None = None
 ) -> dict[str, Any]:
     """``rlf sft``: the warm start alone; the model is saved in ``checkpoints/sft/model``."""
-    from rlfcore.trainer.sft import mean_loss, train_sft
+    from rlfcore.backends.local.sft import mean_loss, train_sft
 
     base = base_dir(config)
     if not config.sft.data:

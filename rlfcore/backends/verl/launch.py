@@ -117,8 +117,8 @@ def make_model(config_path: str | Path, overrides: list[str], plan: Plan, resume
 
     from rlfcore.config import load_config
     from rlfcore.runtime import Runtime
-    from rlfcore.trainer.model import ensure_model, tool_schemas
-    from rlfcore.trainer.run import base_dir, sft_only
+    from rlfcore.backends.local.model import ensure_model, tool_schemas
+    from rlfcore.backends.local.run import base_dir, sft_only
 
     config, manager = load_config(config_path, overrides)
     if plan.sft_model is not None:
