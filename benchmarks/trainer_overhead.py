@@ -91,12 +91,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "trainer_overhead.json")
     args = parser.parse_args(argv)
 
-    from rlfcore.config import load_config
-    from rlfcore.runtime import Runtime
-    from rlfcore.tinymodel import build_tiny
     from rlfcore.backends.local.local import LocalTrainer
     from rlfcore.backends.local.model import load_policy
     from rlfcore.backends.local.rundir import RunDir
+    from rlfcore.config import load_config
+    from rlfcore.runtime import Runtime
+    from rlfcore.tinymodel import build_tiny
 
     with tempfile.TemporaryDirectory() as tmp:
         texts = [

@@ -184,8 +184,8 @@ def run_sft(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
 def rlf_tool_schemas(args: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
     """The tool list rlf renders into prompts (from the running MCP server), to check TRL's against."""
-    from rlfcore.runtime import Runtime
     from rlfcore.backends.local.model import tool_schemas
+    from rlfcore.runtime import Runtime
 
     config, manager = load_run_config(args, work)
     runtime = asyncio.run(Runtime.create(config, manager))
@@ -196,8 +196,8 @@ def rlf_tool_schemas(args: argparse.Namespace, work: Path) -> list[dict[str, Any
 
 
 def train_rows(config: Any) -> list[Any]:
-    from rlfcore.data import read_rows
     from rlfcore.backends.local.model import resolve
+    from rlfcore.data import read_rows
 
     return read_rows(resolve(config.data.train, RUN_YAML.parent))
 
@@ -209,10 +209,10 @@ def run_rlf(args: argparse.Namespace, sft_model: Path, work: Path) -> Curve:
     """rlf's LocalTrainer, one ``train_step`` at a time, as ``rlf train`` runs it after SFT."""
     import torch
 
-    from rlfcore.runtime import Runtime
     from rlfcore.backends.local.local import LocalTrainer
     from rlfcore.backends.local.model import load_policy
     from rlfcore.backends.local.rundir import RunDir
+    from rlfcore.runtime import Runtime
 
     curve = Curve("rlf")
     config, manager = load_run_config(args, work)

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from rlfcore import hookimpl
+from rlfcore.backends.local import grpo
 from rlfcore.config import RewardConfig
 from rlfcore.data import normalize_row
 from rlfcore.engines.scripted import ScriptedEngine
@@ -18,7 +19,6 @@ from rlfcore.loop import Trajectory
 from rlfcore.rewards import RewardPipeline, turn_returns
 from rlfcore.testing import make_runtime, rollout
 from rlfcore.tools import tool
-from rlfcore.backends.local import grpo
 
 
 @tool

@@ -35,8 +35,8 @@ def compute_score(sample):
 
 
 def _train(tmp_path: Path, plugin: str, overrides: list[str]):
-    from rlfcore.config import load_config
     from rlfcore.backends.local.run import train
+    from rlfcore.config import load_config
 
     (tmp_path / "plugin.py").write_text(plugin)
     rows = [{"id": f"r{i}", "prompt": f"Say something about {i}."} for i in range(4)]

@@ -158,8 +158,8 @@ def train(
         raise click.UsageError("--dry-run and raw overrides after `--` are for --backend verl")
     if resume and not run_dir:
         raise click.UsageError("--resume needs --run-dir: the run to continue")
-    from rlfcore.config import load_config
     from rlfcore.backends.local.run import train as run_train
+    from rlfcore.config import load_config
 
     config, manager = load_config(config_path, list(overrides))
     path = _run_path(config_path, run_dir)
@@ -180,8 +180,8 @@ def train(
 )
 def sft(config_path: str, overrides: tuple[str, ...], run_dir: str | None) -> None:
     """Supervised warm start on sft.data (JSONL of conversations), loss on assistant tokens only."""
-    from rlfcore.config import load_config
     from rlfcore.backends.local.run import sft_only
+    from rlfcore.config import load_config
 
     config, manager = load_config(config_path, list(overrides))
     path = _run_path(config_path, run_dir)
@@ -225,11 +225,11 @@ def init_model(config_path: str, overrides: tuple[str, ...]) -> None:
     model sized to it. No download."""
     import asyncio
 
+    from rlfcore.backends.local.model import ensure_model, load_policy, tool_schemas
+    from rlfcore.backends.local.run import base_dir
     from rlfcore.config import load_config
     from rlfcore.runtime import Runtime
     from rlfcore.tinymodel import describe
-    from rlfcore.backends.local.model import ensure_model, load_policy, tool_schemas
-    from rlfcore.backends.local.run import base_dir
 
     config, manager = load_config(config_path, list(overrides))
     runtime = asyncio.run(Runtime.create(config, manager))

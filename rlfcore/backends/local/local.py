@@ -23,6 +23,9 @@ from typing import Any
 
 import torch
 
+from rlfcore.backends.local import grpo
+from rlfcore.backends.local.checkpoint import load_error
+from rlfcore.backends.local.rundir import RunDir, rng_state, set_rng_state
 from rlfcore.chat import HFChatTokenizer
 from rlfcore.data import Row
 from rlfcore.diagnostics import Advisor, trajectory_warnings
@@ -32,9 +35,6 @@ from rlfcore.loop import Rollout, Trajectory
 from rlfcore.rewards import RewardPipeline, turn_returns
 from rlfcore.runtime import Runtime
 from rlfcore.signals import Interrupted, deferred
-from rlfcore.backends.local import grpo
-from rlfcore.backends.local.checkpoint import load_error
-from rlfcore.backends.local.rundir import RunDir, rng_state, set_rng_state
 
 
 def schedule(kind: str, warmup: int, total: int) -> Callable[[int], float]:

@@ -10,14 +10,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rlfcore.backends.local.model import ensure_model, load_policy, resolve, tool_schemas
+from rlfcore.backends.local.rundir import RunDir
 from rlfcore.config import RunConfig
 from rlfcore.data import read_rows
 from rlfcore.diagnostics import Advisor, config_warnings
 from rlfcore.engines.chat import refuse_chat_engine
 from rlfcore.plugins import PluginManager
 from rlfcore.runtime import Runtime
-from rlfcore.backends.local.model import ensure_model, load_policy, resolve, tool_schemas
-from rlfcore.backends.local.rundir import RunDir
 
 Progress = Callable[[str, dict[str, Any]], None]
 """Called as ``(phase, metrics)`` after every step: phase is ``sft`` or ``grpo``."""

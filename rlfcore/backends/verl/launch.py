@@ -115,10 +115,10 @@ def make_model(config_path: str | Path, overrides: list[str], plan: Plan, resume
     A resumed run keeps the warm start it already has."""
     import asyncio
 
-    from rlfcore.config import load_config
-    from rlfcore.runtime import Runtime
     from rlfcore.backends.local.model import ensure_model, tool_schemas
     from rlfcore.backends.local.run import base_dir, sft_only
+    from rlfcore.config import load_config
+    from rlfcore.runtime import Runtime
 
     config, manager = load_config(config_path, overrides)
     if plan.sft_model is not None:
