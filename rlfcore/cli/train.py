@@ -223,8 +223,6 @@ def init_model(config_path: str, overrides: tuple[str, ...]) -> None:
     task's own text (digits as single tokens, Qwen-style special tokens, a chat template with tools),
     or a copy of the real tokenizer folder model.init.tokenizer, and a randomly initialised Qwen3
     model sized to it. No download."""
-    import asyncio
-
     from rlfcore.backends.local.model import ensure_model, load_policy, tool_schemas
     from rlfcore.backends.local.run import base_dir
     from rlfcore.config import load_config
@@ -232,11 +230,11 @@ def init_model(config_path: str, overrides: tuple[str, ...]) -> None:
     from rlfcore.tinymodel import describe
 
     config, manager = load_config(config_path, list(overrides))
-    runtime = asyncio.run(Runtime.create(config, manager))
+    runtime = Runtime.open(config, manager)
     try:
         path = ensure_model(config, base_dir(config), tool_schemas(runtime))
     finally:
-        asyncio.run(runtime.aclose())
+        runtime.close()
     model, _ = load_policy(path, "cpu")
     click.echo(f"{describe(model)} at {path}")
 

@@ -9,7 +9,6 @@ tokens only (the loop's mask), optionally with a KL penalty to the frozen starti
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import math
 import random
@@ -70,7 +69,10 @@ def row_order(n_rows: int, seed: int, step: int, per_step: int) -> list[int]:
 
 
 class LocalTrainer:
-    """GRPO on one device. ``run()`` trains from the last checkpoint (if resuming) to ``trainer.steps``."""
+    """GRPO on one device. ``run()`` trains from the last checkpoint (if resuming) to ``trainer.steps``.
+
+    ``runtime`` comes from :meth:`Runtime.open`: every step's rollout and scoring run in its one loop.
+    """
 
     def __init__(self, runtime: Runtime, model: Any, hf_tokenizer: Any, rows: list[Row], run_dir: RunDir):
         self.runtime = runtime
@@ -201,7 +203,7 @@ class LocalTrainer:
     def _collect_step(self) -> tuple[list[Trajectory], float, float]:
         rows = [self.rows[i] for i in row_order(len(self.rows), self.config.seed, self.step, self.cfg.prompts_per_step)]
         self.rollout.seed = self.config.seed * 1_000_003 + self.step
-        trajectories, rollout_s, score_s = asyncio.run(self._collect(rows))
+        trajectories, rollout_s, score_s = self.runtime.run(self._collect(rows))  # the run's one loop
         check_not_all_failed(trajectories, f"step {self.step + 1}")
         self.advisor(trajectory_warnings(trajectories, self.config, groups=True), f"step {self.step + 1}")
         return trajectories, rollout_s, score_s

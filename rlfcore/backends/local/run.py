@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import statistics
 import time
@@ -87,7 +86,7 @@ def train(
     run_dir.save_config(config)
     Advisor()(config_warnings(config, training=True))
     torch.manual_seed(config.seed)
-    runtime = asyncio.run(Runtime.create(config, manager))
+    runtime = Runtime.open(config, manager)  # one event loop for set-up, every step and shutdown
     try:
         run_dir.open_trackers(config)
         model_path = ensure_model(config, base, tool_schemas(runtime))
@@ -119,7 +118,7 @@ def train(
         grpo_s = time.perf_counter() - t0
     finally:
         run_dir.close()  # trackers finish their runs, also when training stopped on an error
-        asyncio.run(runtime.aclose())
+        runtime.close()
     summary = summarize(run_dir.metrics(), sft_s=sft_s, grpo_s=grpo_s, total_s=time.perf_counter() - start)
     (run_dir.path / "summary.json").write_text(json.dumps(summary, indent=2))
     run_dir.curve(f"{config.source.stem if config.source else 'run'}: reward per step")
@@ -138,7 +137,7 @@ def sft_only(
     check_model(config, base)
     run_dir = open_run_dir(run_path, resume=False)
     run_dir.save_config(config)
-    runtime = asyncio.run(Runtime.create(config, manager))
+    runtime = Runtime.open(config, manager)
     try:
         run_dir.open_trackers(config)
         model, hf_tok = load_policy(
@@ -148,7 +147,7 @@ def sft_only(
         history = train_sft(model, hf_tok, runtime, resolve(config.sft.data, base), run_dir, _phase(progress, "sft"))
     finally:
         run_dir.close()
-        asyncio.run(runtime.aclose())
+        runtime.close()
     path = run_dir.save_checkpoint("sft", model, hf_tok, {"step": config.sft.steps})
     return {
         "steps": len(history),

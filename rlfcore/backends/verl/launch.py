@@ -113,8 +113,6 @@ def make_model(config_path: str | Path, overrides: list[str], plan: Plan, resume
     """Make the model verl starts from, when rlf has to: its SFT warm start (``sft.data``, run here
     with rlf's own trainer, as the local backend runs it before GRPO), or ``model.init``'s tiny model.
     A resumed run keeps the warm start it already has."""
-    import asyncio
-
     from rlfcore.backends.local.model import ensure_model, tool_schemas
     from rlfcore.backends.local.run import base_dir, sft_only
     from rlfcore.config import load_config
@@ -127,11 +125,11 @@ def make_model(config_path: str | Path, overrides: list[str], plan: Plan, resume
         return
     if config.model.init is None:
         return
-    runtime = asyncio.run(Runtime.create(config, manager))
+    runtime = Runtime.open(config, manager)
     try:
         ensure_model(config, base_dir(config), tool_schemas(runtime))
     finally:
-        asyncio.run(runtime.aclose())
+        runtime.close()
 
 
 def clear_records(run_dir: str | Path, resume: bool) -> None:
