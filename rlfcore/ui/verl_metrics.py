@@ -11,6 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from rlfcore.backends.verl import EARLIER_METRICS_FILE, METRICS_FILE
+
+FILE = METRICS_FILE
+EARLIER = EARLIER_METRICS_FILE
+
 NAMES: dict[str, tuple[str, ...]] = {
     "reward_mean": ("critic/score/mean",),
     "response_length": ("response_length/mean",),
