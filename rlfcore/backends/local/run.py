@@ -26,13 +26,18 @@ class RunDirError(ValueError):
     """The run folder holds another run; resume it or choose another folder."""
 
 
-def open_run_dir(path: Path, resume: bool) -> RunDir:
+def check_run_dir(path: Path, resume: bool) -> None:
+    """A :class:`RunDirError` when a fresh run would write over another one in ``path``."""
     if (
         not resume
         and path.exists()
         and any((path / f).exists() for f in ("metrics.jsonl", "sft_metrics.jsonl", "checkpoints"))
     ):
         raise RunDirError(f"{path} already holds a run: pass --resume to continue it, or choose another --run-dir")
+
+
+def open_run_dir(path: Path, resume: bool) -> RunDir:
+    check_run_dir(path, resume)
     return RunDir(path)
 
 

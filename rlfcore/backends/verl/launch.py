@@ -198,20 +198,8 @@ def launch(plan: Plan) -> int:
     return subprocess.call(command(plan))
 
 
-def main(
-    config_path: str | Path,
-    overrides: list[str],
-    raw_overrides: list[str],
-    run_dir: str | Path,
-    cluster: Cluster | None = None,
-    dry_run: bool = False,
-    echo: Callable[[str], None] = print,
-    resume: bool = False,
-) -> int:
-    """What ``rlf train --backend verl`` does: prepare, then print the plan (dry run) or make the
-    model (SFT warm start or ``model.init``) and launch verl."""
-    plan = prepare(config_path, overrides, raw_overrides, run_dir, cluster, resume)
-    files = ", ".join(str(p) for p in (plan.train_file, plan.val_file) if p is not None)
+def report(plan: Plan, echo: Callable[[str], None] = print) -> None:
+    """The plan's notices: local-only settings verl ignores, the SFT warm start, where metrics go."""
     for line in plan.notices:
         echo(f"# {line}")
     if plan.sft_model is not None:
@@ -219,13 +207,29 @@ def main(
     metrics = metrics_file(plan)
     if metrics is not None:
         echo(f"# verl's file logger writes each step's metrics to {metrics}; rlf ui draws them")
-    if dry_run:
-        echo(plan.yaml())
-        echo(f"# verl config validated; data written to {files}")
-        echo(f"# dry run: nothing launched. to launch it by hand: {shlex.join(command(plan))}")
-        return 0
+
+
+def dry_run(plan: Plan, echo: Callable[[str], None] = print) -> int:
+    """Print verl's validated config and the command that would launch it; launch nothing."""
+    report(plan, echo)
+    echo(plan.yaml())
+    echo(f"# verl config validated; data written to {_files(plan)}")
+    echo(f"# dry run: nothing launched. to launch it by hand: {shlex.join(command(plan))}")
+    return 0
+
+
+def start(
+    config_path: str | Path, overrides: list[str], plan: Plan, resume: bool, echo: Callable[[str], None] = print
+) -> int:
+    """Make the model (SFT warm start or ``model.init``), set the run folder's records and metrics
+    for a fresh or resumed run, and launch verl; returns verl's exit code."""
+    report(plan, echo)
     make_model(config_path, overrides, plan, resume)
     clear_records(plan.run_dir, resume)
     keep_metrics(plan.run_dir, resume)
-    echo(f"verl data: {files}; config: {plan.run_dir / 'verl' / 'config.yaml'}")
+    echo(f"verl data: {_files(plan)}; config: {plan.run_dir / 'verl' / 'config.yaml'}")
     return launch(plan)
+
+
+def _files(plan: Plan) -> str:
+    return ", ".join(str(p) for p in (plan.train_file, plan.val_file) if p is not None)
