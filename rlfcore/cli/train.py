@@ -227,7 +227,6 @@ def init_model(config_path: str, overrides: tuple[str, ...]) -> None:
     or a copy of the real tokenizer folder model.init.tokenizer, and a randomly initialised Qwen3
     model sized to it. No download."""
     from rlfcore.backends.local.model import ensure_model, load_policy, tool_schemas
-    from rlfcore.backends.local.run import base_dir
     from rlfcore.config import load_config
     from rlfcore.runtime import Runtime
     from rlfcore.tinymodel import describe
@@ -235,7 +234,7 @@ def init_model(config_path: str, overrides: tuple[str, ...]) -> None:
     config, manager = load_config(config_path, list(overrides))
     runtime = Runtime.open(config, manager)
     try:
-        path = ensure_model(config, base_dir(config), tool_schemas(runtime))
+        path = ensure_model(config, config.base_dir, tool_schemas(runtime))
     finally:
         runtime.close()
     model, _ = load_policy(path, "cpu")

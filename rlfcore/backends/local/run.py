@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rlfcore.backends.base import Progress
 from rlfcore.backends.local.model import ensure_model, load_policy, resolve, tool_schemas
 from rlfcore.backends.local.rundir import RunDir
 from rlfcore.config import RunConfig
@@ -17,9 +18,6 @@ from rlfcore.diagnostics import Advisor, config_warnings
 from rlfcore.engines.chat import refuse_chat_engine
 from rlfcore.plugins import PluginManager
 from rlfcore.runtime import Runtime
-
-Progress = Callable[[str, dict[str, Any]], None]
-"""Called as ``(phase, metrics)`` after every step: phase is ``sft`` or ``grpo``."""
 
 
 class RunDirError(ValueError):
@@ -39,10 +37,6 @@ def check_run_dir(path: Path, resume: bool) -> None:
 def open_run_dir(path: Path, resume: bool) -> RunDir:
     check_run_dir(path, resume)
     return RunDir(path)
-
-
-def base_dir(config: RunConfig) -> Path:
-    return config.base_dir
 
 
 def check_model(config: RunConfig, base: Path) -> None:
@@ -77,7 +71,7 @@ def train(
 
     start = time.perf_counter()
     refuse_chat_engine(config)
-    base = base_dir(config)
+    base = config.base_dir
     if not config.data.train:
         raise ValueError("the config names no training data: set data.train")
     rows = read_rows(resolve(config.data.train, base))
@@ -136,7 +130,7 @@ def sft_only(
     """``rlf sft``: the warm start alone; the model is saved in ``checkpoints/sft/model``."""
     from rlfcore.backends.local.sft import mean_loss, train_sft
 
-    base = base_dir(config)
+    base = config.base_dir
     if not config.sft.data:
         raise ValueError("the config names no SFT data: set sft.data (JSONL of conversations)")
     check_model(config, base)

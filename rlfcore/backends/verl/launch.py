@@ -58,11 +58,6 @@ def require_verl() -> None:
         log.warning("verl %s is installed; rlf's verl backend is tested with %s", verl.__version__, VERL_VERSION)
 
 
-def _data_path(path: str, base: Path) -> Path:
-    p = Path(path).expanduser()
-    return p if p.is_absolute() else base / p
-
-
 def sft_model_path(run_dir: str | Path) -> Path:
     """Where rlf's SFT warm start leaves the model (``rlf sft``'s layout), for verl to start from."""
     return Path(run_dir).resolve() / "checkpoints" / "sft" / "model"
@@ -88,14 +83,13 @@ def prepare(
 
     config, manager = load_config(config_path, overrides)
     runtime = Runtime(config, manager)  # routing only: no plugin setup, no servers
-    base = Path(config_path).resolve().parent
     if not config.data.train:
         raise ValueError("the config names no training data: set data.train")
     out = Path(run_dir) / "verl"
-    train_file = write_parquet(read_rows(_data_path(config.data.train, base)), out / "train.parquet", runtime)
+    train_file = write_parquet(read_rows(config.path(config.data.train)), out / "train.parquet", runtime)
     val_file = None
     if config.data.eval:
-        val_file = write_parquet(read_rows(_data_path(config.data.eval, base)), out / "val.parquet", runtime)
+        val_file = write_parquet(read_rows(config.path(config.data.eval)), out / "val.parquet", runtime)
     sft_model = sft_model_path(run_dir) if config.sft.data else None
     translated = verl_overrides(
         config, config_path, train_file, val_file, overrides, run_dir, cluster, sft_model, resume
@@ -114,7 +108,7 @@ def make_model(config_path: str | Path, overrides: list[str], plan: Plan, resume
     with rlf's own trainer, as the local backend runs it before GRPO), or ``model.init``'s tiny model.
     A resumed run keeps the warm start it already has."""
     from rlfcore.backends.local.model import ensure_model, tool_schemas
-    from rlfcore.backends.local.run import base_dir, sft_only
+    from rlfcore.backends.local.run import sft_only
     from rlfcore.config import load_config
     from rlfcore.runtime import Runtime
 
@@ -127,7 +121,7 @@ def make_model(config_path: str | Path, overrides: list[str], plan: Plan, resume
         return
     runtime = Runtime.open(config, manager)
     try:
-        ensure_model(config, base_dir(config), tool_schemas(runtime))
+        ensure_model(config, config.base_dir, tool_schemas(runtime))
     finally:
         runtime.close()
 
