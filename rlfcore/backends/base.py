@@ -9,7 +9,7 @@ per backend or an option being silently ignored.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -107,7 +107,7 @@ class Backend(ABC):
         """Say what :meth:`run` would do, through ``echo``; train nothing."""
 
 
-def refuse(backend: str, options: dict[str, object], why: str, instead: str) -> None:
+def refuse(backend: str, options: Mapping[str, object], why: str, instead: str) -> None:
     """A :class:`BackendError` naming each option of ``options`` the backend cannot honour."""
     if options:
         named = ", ".join(f"{k} {v}" if v is not True else k for k, v in options.items())
