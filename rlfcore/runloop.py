@@ -12,6 +12,7 @@ Written without ``asyncio.Runner`` (Python 3.11+) because rlf supports 3.10.
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import Coroutine
 from types import TracebackType
 from typing import Any, TypeVar
@@ -33,6 +34,7 @@ class RunLoop:
             raise RuntimeError("this run's event loop is closed: a run's phases must run before it ends")
         if self._loop is None:
             self._loop = asyncio.new_event_loop()
+            weakref.finalize(self, self._loop.close)  # one never closed (a test's runtime) still is, once dropped
         return self._loop
 
     def holds(self, loop: asyncio.AbstractEventLoop) -> bool:
