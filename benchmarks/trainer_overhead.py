@@ -91,12 +91,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "trainer_overhead.json")
     args = parser.parse_args(argv)
 
+    from rlfcore.backends.local.local import LocalTrainer
+    from rlfcore.backends.local.model import load_policy
+    from rlfcore.backends.local.rundir import RunDir
     from rlfcore.config import load_config
     from rlfcore.runtime import Runtime
     from rlfcore.tinymodel import build_tiny
-    from rlfcore.trainer.local import LocalTrainer
-    from rlfcore.trainer.model import load_policy
-    from rlfcore.trainer.rundir import RunDir
 
     with tempfile.TemporaryDirectory() as tmp:
         texts = [

@@ -169,7 +169,7 @@ def load_run_config(args: argparse.Namespace, work: Path) -> tuple[Any, Any]:
 
 def run_sft(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     """rlf's SFT warm start as ``run.yaml`` sets it (``rlf sft``): the checkpoint both trainers start from."""
-    from rlfcore.trainer.run import sft_only
+    from rlfcore.backends.local.run import sft_only
 
     config, manager = load_run_config(args, work)
     result = sft_only(config, manager, work / "sft")
@@ -184,8 +184,8 @@ def run_sft(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
 def rlf_tool_schemas(args: argparse.Namespace, work: Path) -> list[dict[str, Any]]:
     """The tool list rlf renders into prompts (from the running MCP server), to check TRL's against."""
+    from rlfcore.backends.local.model import tool_schemas
     from rlfcore.runtime import Runtime
-    from rlfcore.trainer.model import tool_schemas
 
     config, manager = load_run_config(args, work)
     runtime = asyncio.run(Runtime.create(config, manager))
@@ -196,8 +196,8 @@ def rlf_tool_schemas(args: argparse.Namespace, work: Path) -> list[dict[str, Any
 
 
 def train_rows(config: Any) -> list[Any]:
+    from rlfcore.backends.local.model import resolve
     from rlfcore.data import read_rows
-    from rlfcore.trainer.model import resolve
 
     return read_rows(resolve(config.data.train, RUN_YAML.parent))
 
@@ -209,10 +209,10 @@ def run_rlf(args: argparse.Namespace, sft_model: Path, work: Path) -> Curve:
     """rlf's LocalTrainer, one ``train_step`` at a time, as ``rlf train`` runs it after SFT."""
     import torch
 
+    from rlfcore.backends.local.local import LocalTrainer
+    from rlfcore.backends.local.model import load_policy
+    from rlfcore.backends.local.rundir import RunDir
     from rlfcore.runtime import Runtime
-    from rlfcore.trainer.local import LocalTrainer
-    from rlfcore.trainer.model import load_policy
-    from rlfcore.trainer.rundir import RunDir
 
     curve = Curve("rlf")
     config, manager = load_run_config(args, work)
@@ -268,7 +268,7 @@ def trl_dataset(config: Any, steps: int) -> Any:
     """rlf's rows in rlf's per-step order (``row_order``), so TRL, unshuffled, sees the same prompts."""
     from datasets import Dataset
 
-    from rlfcore.trainer.local import row_order
+    from rlfcore.backends.local.local import row_order
 
     rows = train_rows(config)
     per_step = config.trainer.prompts_per_step

@@ -1,13 +1,23 @@
 """rlf: reinforcement-learning post-training for LLMs that call tools over many turns.
 
-``import rlfcore`` stays light (no torch, no transformers): plugins import it at start-up.
+``import rlfcore`` stays light (no torch, no transformers): plugins import it at start-up. What a
+plugin needs is here, in ``__all__``; the modules behind it are the core's own and may change.
+:data:`RunConfig` and :func:`continuation` load their modules on first use.
 """
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
 from rlfcore.context import ScoreContext, SetupContext, TurnContext
 from rlfcore.hookspecs import hookimpl
+from rlfcore.paths import config_dir, config_path, resolve_path
+from rlfcore.surrogates import first_lone
 from rlfcore.tools import tool
 from rlfcore.types import (
     Example,
+    Message,
     Sample,
     Score,
     Tool,
@@ -17,10 +27,19 @@ from rlfcore.types import (
     Verification,
 )
 
+if TYPE_CHECKING:
+    from rlfcore.config import RunConfig
+    from rlfcore.loop import continuation
+
 __version__ = "0.1.0"
+
+_LAZY = {"RunConfig": "rlfcore.config", "continuation": "rlfcore.loop"}
+"""Public names whose modules are heavier (pydantic models, the loop), imported when first used."""
 
 __all__ = [
     "Example",
+    "Message",
+    "RunConfig",
     "Sample",
     "Score",
     "ScoreContext",
@@ -32,6 +51,19 @@ __all__ = [
     "TurnContext",
     "Verification",
     "__version__",
+    "config_dir",
+    "config_path",
+    "continuation",
+    "first_lone",
     "hookimpl",
+    "resolve_path",
     "tool",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        value = getattr(import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'rlfcore' has no attribute {name!r}")

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
+from rlfcore.paths import config_dir, config_path
+
 if TYPE_CHECKING:
     from rlfcore.plugins import PluginManager
 
@@ -232,11 +234,11 @@ class RunConfig(_Section):
     @property
     def base_dir(self) -> Path:
         """The folder relative paths in this config are read from: the config file's (else the current one)."""
-        return self._source.resolve().parent if self._source else Path.cwd()
+        return config_dir(self)
 
     def path(self, value: str | Path) -> Path:
         """A path from this config, the one rule of every command: relative to the config file's folder."""
-        return resolve_path(value, self.base_dir)
+        return config_path(self, value)
 
     def environments(self) -> dict[str, list[str]]:
         """Each environment and its plugins: as configured, or one environment per enabled plugin."""
@@ -277,12 +279,6 @@ class ConfigError(Exception):
         lines = [f"{self.source}: {n} error{'s' if n != 1 else ''}"]
         lines += [f"  {i.path or '(top level)'}: {i.message}" for i in self.issues]
         return "\n".join(lines)
-
-
-def resolve_path(value: str | Path, base: Path) -> Path:
-    """``value`` (``~`` expanded) if absolute, else ``base / value``."""
-    p = Path(value).expanduser()
-    return p if p.is_absolute() else base / p
 
 
 # --- reading ---------------------------------------------------------------------------------------
@@ -388,7 +384,7 @@ def load_config(
     if isinstance(source, dict):
         data, label, base = dict(source), "config", Path.cwd()
     else:
-        data, label, base = read_yaml(source), str(source), Path(source).resolve().parent
+        data, label, base = read_yaml(source), str(source), config_dir(source)
     issues = apply_overrides(data, overrides or [])
 
     manager = manager or PluginManager()

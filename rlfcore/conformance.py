@@ -7,7 +7,6 @@ model) runs through its tools and rewards.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import json
 from dataclasses import dataclass, field
@@ -128,7 +127,7 @@ def _smoke(report: CheckReport, manager: PluginManager, name: str) -> None:
 
     try:
         config, _ = load_config({"plugins": [name]}, manager=manager)
-        runtime = asyncio.run(Runtime.create(config, manager))
+        runtime = Runtime.open(config, manager)
     except Exception as exc:
         report.add("registers tools and parsers", False, f"{type(exc).__name__}: {exc}")
         return
@@ -144,9 +143,9 @@ def _smoke(report: CheckReport, manager: PluginManager, name: str) -> None:
                 "smoke rollout", True, "nothing to run: the plugin provides no tools and no examples", warning=True
             )
             return
-        asyncio.run(_run_examples(report, runtime, name, examples, synthesized=not runtime.examples.get(name)))
+        runtime.run(_run_examples(report, runtime, name, examples, synthesized=not runtime.examples.get(name)))
     finally:
-        asyncio.run(runtime.aclose())
+        runtime.close()
 
 
 def _provides(runtime: Any, name: str) -> str:

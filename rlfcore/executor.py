@@ -113,8 +113,8 @@ class ToolExecutor:
         self.config = config or ToolsConfig()
         self.backoff_s = backoff_s
         self.metrics = ToolMetrics()
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._global: asyncio.Semaphore | None = None
+        # Made once: a run has one event loop (rlfcore.runloop), which they bind to on first wait.
+        self._global = asyncio.Semaphore(self.config.max_concurrency)
         self._per_tool: dict[tuple[str | None, str], asyncio.Semaphore] = {}
         self._cache: OrderedDict[tuple[str | None, str, str], _Outcome] = OrderedDict()
         self._in_flight: dict[tuple[str | None, str, str], asyncio.Task[_Outcome]] = {}
@@ -128,7 +128,6 @@ class ToolExecutor:
     async def run_one(self, call: ToolCall, tools: Mapping[str, Tool]) -> ToolResult:
         """The result of one call; failures come back as results with ``error`` set."""
         start = time.perf_counter()
-        self._bind_loop()
         tool = tools.get(call.name) if call.error is None else None
         cached = False
         try:
@@ -274,18 +273,7 @@ class ToolExecutor:
         except asyncio.TimeoutError as exc:  # the tool's own (an HTTP client's), not the executor's deadline
             raise _OwnTimeout() from exc
 
-    def _bind_loop(self) -> None:
-        """Make the semaphores in the running loop (asyncio objects belong to one loop), anew if it changed."""
-        loop = asyncio.get_running_loop()
-        if self._global is None or self._loop is not loop:
-            self._loop = loop
-            self._global = asyncio.Semaphore(self.config.max_concurrency)
-            self._per_tool.clear()
-            self._in_flight.clear()
-            self.overrunning = 0
-
     def _limits(self, tool: Tool) -> tuple[asyncio.Semaphore | None, asyncio.Semaphore]:
-        assert self._global is not None, "run_one binds the loop first"
         if tool.max_concurrency is None:
             return None, self._global
         key = (tool.plugin, tool.name)

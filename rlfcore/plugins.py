@@ -23,6 +23,7 @@ import pluggy
 
 from rlfcore import hookspecs
 from rlfcore.hooktrace import ENV_TRACE, trace_hook_calls
+from rlfcore.paths import resolve_path
 
 ENTRY_POINT_GROUP = "rlf"
 ENV_DISABLE_AUTOLOAD = "RLF_DISABLE_PLUGIN_AUTOLOAD"
@@ -146,9 +147,7 @@ class PluginManager:
         """Add a local plugin from ``module``, ``module:attr`` or a ``.py`` path; return its name."""
         module_part, _, attr = spec.partition(":") if not spec.endswith(".py") else (spec, "", "")
         if module_part.endswith(".py"):
-            path = Path(module_part)
-            if base_dir is not None and not path.is_absolute():
-                path = base_dir / path
+            path = resolve_path(module_part, base_dir) if base_dir is not None else Path(module_part)
             name = path.stem
             target = str(path)
         else:

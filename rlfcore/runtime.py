@@ -6,16 +6,18 @@ all reach plugins through it, so routing (which plugins a sample's hooks run on)
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pluggy
 
 from rlfcore.context import SetupContext
 from rlfcore.hookcall import Check, call_first, call_impl
 from rlfcore.processes import ProcessPool
+from rlfcore.runloop import RunLoop
 from rlfcore.types import Example, Tool, ToolCallParser
 
 if TYPE_CHECKING:
@@ -27,6 +29,8 @@ if TYPE_CHECKING:
 
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 class RoutingError(ValueError):
@@ -47,6 +51,9 @@ class Runtime:
         """Worker processes for CPU-heavy scorers (``ScoreContext.in_process``), started on first use."""
         self.judge_endpoints: list[str] = []
         """Judge servers the trainer runs for this process (verl's reward router), for ``ScoreContext``."""
+        self.loop = RunLoop()
+        """The run's one event loop, for synchronous callers (:meth:`open`, :meth:`run`, :meth:`close`)."""
+        self._setup_loop: asyncio.AbstractEventLoop | None = None
         self._ready = False
         self._closed = False
 
@@ -56,10 +63,43 @@ class Runtime:
         await runtime.setup()
         return runtime
 
+    # --- one event loop per run ------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, config: RunConfig, plugins: PluginManager) -> Runtime:
+        """A runtime set up in its own :class:`RunLoop`, for synchronous callers (the trainers, the
+        CLI): every later phase goes through :meth:`run` and :meth:`close` ends in that same loop."""
+        runtime = cls(config, plugins)
+        try:
+            runtime.run(runtime.setup())
+        except BaseException:
+            runtime.close()
+            raise
+        return runtime
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run one phase (a rollout step, scoring) to its end in the run's loop."""
+        if self._setup_loop is not None and not self.loop.holds(self._setup_loop):
+            coro.close()
+            raise RuntimeError(
+                "this runtime was set up in another event loop (Runtime.create): await its coroutines in that "
+                "loop, or build it with Runtime.open to run phases from synchronous code"
+            )
+        return self.loop.run(coro)
+
+    def close(self) -> None:
+        """Shut the plugins down in the run's loop (:meth:`aclose`), then close the loop."""
+        try:
+            if not self._closed:
+                self.run(self.aclose())
+        finally:
+            self.loop.close()
+
     async def setup(self) -> None:
         """Collect what each enabled plugin registers: parsers, tools, examples."""
         if self._ready:
             return
+        self._setup_loop = asyncio.get_running_loop()
         ctx = SetupContext(plugin="", config=self.config)  # rebound to each plugin by hookcall.bind
         for impl in self.plugins.impls("register_parsers"):
             found = await call_impl(self.plugins, "register_parsers", impl, ctx=ctx)

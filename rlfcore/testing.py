@@ -7,7 +7,6 @@ No model is involved: :class:`~rlfcore.chat.ByteChatTokenizer` renders the Qwen3
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -61,12 +60,13 @@ def make_runtime(
 ) -> Runtime:
     """Validate ``config`` (a dict or a YAML path) with ``plugins`` registered, and set the runtime up.
 
-    Close it with ``asyncio.run(runtime.aclose())`` when plugins started servers.
+    It owns the run's event loop: run phases with ``runtime.run(coro)``, and ``runtime.close()`` it
+    when plugins started servers.
     """
     manager = make_manager(plugins)
     cfg: RunConfig
     cfg, manager = load_config(dict(config) if isinstance(config, Mapping) else config, overrides, manager=manager)
-    return asyncio.run(Runtime.create(cfg, manager))
+    return Runtime.open(cfg, manager)
 
 
 def rollout(
@@ -81,7 +81,10 @@ def rollout(
     ``script`` maps a row id to the assistant texts of its turns, or is ``(request_id, prompt) -> text``.
     """
     runtime = make_runtime(config, plugins)
-    return asyncio.run(_rollout(runtime, rows, script, score))
+    try:
+        return runtime.run(_rollout(runtime, rows, script, score))
+    finally:
+        runtime.close()
 
 
 async def _rollout(
@@ -89,10 +92,9 @@ async def _rollout(
 ) -> list[Trajectory]:
     tokenizer = ByteChatTokenizer()
     loop = Rollout(runtime, ScriptedEngine(tokenizer, script), tokenizer)
-    async with runtime:
-        trajectories = await loop.run([normalize_row(dict(r), i) for i, r in enumerate(rows)])
-        if score:
-            await RewardPipeline(runtime).score(trajectories)
+    trajectories = await loop.run([normalize_row(dict(r), i) for i, r in enumerate(rows)])
+    if score:
+        await RewardPipeline(runtime).score(trajectories)
     return trajectories
 
 

@@ -146,7 +146,7 @@ class Trackio:
 
 
 class Trackers:
-    """The run's trackers, fed by :meth:`~rlfcore.trainer.rundir.RunDir.log`."""
+    """The run's trackers, fed by :meth:`~rlfcore.backends.local.rundir.RunDir.log`."""
 
     def __init__(self, trackers: dict[str, Tracker]):
         self.trackers = trackers

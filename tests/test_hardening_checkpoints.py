@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from conftest import run_rlf
+from rlfcore.backends.local.checkpoint import CheckpointError, damage, last_intact
+from rlfcore.backends.local.run import train
 from rlfcore.config import load_config
-from rlfcore.trainer.checkpoint import CheckpointError, damage, last_intact
-from rlfcore.trainer.run import train
 
 PLUGIN = """
 from rlfcore import Score, hookimpl

@@ -60,7 +60,7 @@ def test_rlf_eval_names_a_missing_model_before_starting_mcp_servers(tmp_path, mo
 
 
 def test_rlf_train_names_a_missing_model_before_starting_mcp_servers(tmp_path):
-    from rlfcore.trainer.run import train
+    from rlfcore.backends.local.run import train
 
     config, manager = load_config(_mcp_project(tmp_path, "nowhere"))
     with pytest.raises(ConfigError, match="model.path: .*nowhere.* has no model, and model.init is not set"):

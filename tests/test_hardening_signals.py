@@ -240,11 +240,11 @@ def test_sigint_in_rlf_train_saves_the_last_step_and_resume_matches_an_uninterru
 @pytest.fixture
 def trainer(tmp_path):
     """A LocalTrainer of a tiny model built here, on two rows, with the built-in reward."""
+    from rlfcore.backends.local.local import LocalTrainer
+    from rlfcore.backends.local.model import ensure_model, load_policy
+    from rlfcore.backends.local.rundir import RunDir
     from rlfcore.data import normalize_row
     from rlfcore.testing import make_runtime
-    from rlfcore.trainer.local import LocalTrainer
-    from rlfcore.trainer.model import ensure_model, load_policy
-    from rlfcore.trainer.rundir import RunDir
 
     rows = [{"id": f"r{i}", "prompt": f"Say {i}."} for i in range(2)]
     (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))

@@ -97,9 +97,9 @@ def test_tool_text_is_made_valid_unicode():
 
 
 def test_run_folder_samples_and_rescored_files_hold_lone_surrogates(tmp_path):
+    from rlfcore.backends.local.rundir import RunDir
     from rlfcore.loop import Trajectory
     from rlfcore.rescoring import read_trajectories
-    from rlfcore.trainer.rundir import RunDir
 
     trajectory = Trajectory(id="t#0", row_id="t", env="e", messages=[{"role": "tool", "content": "x\udcffy"}])
     RunDir(tmp_path / "run").samples(1, [trajectory.record()])

@@ -8,8 +8,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from rlfcore.backends.local.model import load_policy  # noqa: E402
 from rlfcore.engines.transformers import TransformersEngine, resolve_dtype  # noqa: E402
-from rlfcore.trainer.model import load_policy  # noqa: E402
 
 
 @pytest.fixture(scope="module")

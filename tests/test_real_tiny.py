@@ -229,8 +229,8 @@ def test_train_runs_sft_then_two_grpo_steps(task):
 def test_a_real_tokenizer_excludes_training_one_and_bad_folders_are_named(real_models, tmp_path):
     """``model.init.tokenizer`` with a trained tokenizer's settings is a config error naming both; a
     missing folder, a folder with no tokenizer and a tokenizer with no chat template are each named."""
+    from rlfcore.backends.local.model import ensure_model
     from rlfcore.config import ConfigError, load_config
-    from rlfcore.trainer.model import ensure_model
 
     with pytest.raises(ConfigError) as err:
         load_config({"model": {"path": "m", "init": {"tokenizer": "tok", "texts": ["a.jsonl"], "vocab_size": 600}}})

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from conftest import run_rlf
-from rlfcore.trainer import grpo
+from rlfcore.backends.local import grpo
 
 PLUGIN = '''
 from rlfcore import Score, hookimpl

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from rlfcore import hookimpl
+from rlfcore.backends.local import grpo
 from rlfcore.config import RewardConfig
 from rlfcore.data import normalize_row
 from rlfcore.engines.scripted import ScriptedEngine
@@ -18,7 +19,6 @@ from rlfcore.loop import Trajectory
 from rlfcore.rewards import RewardPipeline, turn_returns
 from rlfcore.testing import make_runtime, rollout
 from rlfcore.tools import tool
-from rlfcore.trainer import grpo
 
 
 @tool
@@ -195,9 +195,9 @@ def test_per_token_advantages_line_up_with_the_loss_mask():
 
 def test_local_trainer_trains_with_return_to_go_and_writes_metrics(tmp_path):
     """Two GRPO steps of a tiny model on scripted two-turn samples: every turn gets its own advantage."""
-    from rlfcore.trainer.local import LocalTrainer
-    from rlfcore.trainer.model import ensure_model, load_policy, tool_schemas
-    from rlfcore.trainer.rundir import RunDir
+    from rlfcore.backends.local.local import LocalTrainer
+    from rlfcore.backends.local.model import ensure_model, load_policy, tool_schemas
+    from rlfcore.backends.local.rundir import RunDir
 
     rows = [{"id": f"r{i}", "prompt": f"What is 1 + {i}?"} for i in range(2)]
     (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))

@@ -243,11 +243,15 @@ def test_parquet_layout_and_round_trip(tmp_path):
 
 
 def test_dry_run_prints_the_config_and_launches_nothing(tmp_path, monkeypatch):
+    from rlfcore.backends import get_backend
+    from rlfcore.backends.base import TrainRequest
     from rlfcore.backends.verl import launch
 
     monkeypatch.setattr(launch, "launch", lambda plan: pytest.fail("a dry run must not launch"))
     lines: list[str] = []
-    assert launch.main(_run(tmp_path), [], [], tmp_path / "o", dry_run=True, echo=lines.append) == 0
+    backend = get_backend("verl")
+    job = backend.prepare(TrainRequest(str(_run(tmp_path)), tmp_path / "o"))
+    assert backend.dry_run(job, echo=lines.append).exit_code == 0
     out = "\n".join(lines)
     assert "adv_estimator: grpo" in out and "default_agent_loop: rlf_agent" in out
     assert "nothing launched" in out and "verl.trainer.main_ppo" in out

@@ -35,8 +35,8 @@ def compute_score(sample):
 
 
 def _train(tmp_path: Path, plugin: str, overrides: list[str]):
+    from rlfcore.backends.local.run import train
     from rlfcore.config import load_config
-    from rlfcore.trainer.run import train
 
     (tmp_path / "plugin.py").write_text(plugin)
     rows = [{"id": f"r{i}", "prompt": f"Say something about {i}."} for i in range(4)]

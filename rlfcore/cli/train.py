@@ -8,6 +8,8 @@ from typing import Any
 
 import click
 
+from rlfcore.backends import BACKENDS
+
 
 def _run_path(config_path: str, run_dir: str | None) -> Path:
     return Path(run_dir) if run_dir else Path("runs") / f"{Path(config_path).stem}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -15,7 +17,8 @@ def _run_path(config_path: str, run_dir: str | None) -> Path:
 
 class _Bar:
     """A live progress bar per phase, showing the loss (SFT) or the reward (GRPO); in a log (not a
-    terminal), one line per GRPO step and per 5% of SFT."""
+    terminal), one line per GRPO step and per 5% of SFT. Shown from the first step reported, so a
+    backend that reports none (verl prints its own) leaves the terminal alone."""
 
     def __init__(self, config: Any):
         from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -33,8 +36,19 @@ class _Bar:
         self.lines = isinstance(self.progress, Lines)
         self.totals = {"sft": config.sft.steps, "grpo": config.trainer.steps}
         self.tasks: dict[str, Any] = {}
+        self.shown = False
+
+    def __enter__(self) -> _Bar:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.shown:
+            self.progress.__exit__(*exc)
 
     def __call__(self, phase: str, m: dict[str, Any]) -> None:
+        if not self.shown:
+            self.progress.__enter__()
+            self.shown = True
         if phase == "sft":
             info = f"loss {m['loss']:.3f}"
         else:
@@ -88,15 +102,15 @@ See docs/verl.md."""
 )
 @click.option(
     "--backend",
-    type=click.Choice(["local", "verl"]),
+    type=click.Choice(list(BACKENDS)),
     default="local",
     show_default=True,
-    help="local: one process, CPU or one GPU. verl: Ray, FSDP, vLLM/SGLang rollout, many GPUs.",
+    help="  ".join(f"{name}: {line}." for name, (_, _, line) in BACKENDS.items()),
 )
 @click.option(
     "--dry-run",
     is_flag=True,
-    help="verl: convert the data, build and validate verl's config, print it; launch nothing.",
+    help="Check the config, data and model as the backend would, print its plan; train nothing.",
 )
 @click.option("--gpus", "gpus_per_node", type=int, default=1, show_default=True, help="verl: GPUs per node.")
 @click.option("--nodes", type=int, default=1, show_default=True, help="verl: nodes of the Ray cluster.")
@@ -130,46 +144,36 @@ def train(
 ) -> None:
     """Train with GRPO (after an SFT warm start when sft.data is set), writing metrics, samples,
     checkpoints, a reward curve and a summary to the run folder; or on a cluster with verl."""
-    raw = ctx.meta.get("raw_overrides", [])
-    if resume_from and backend == "verl":
-        raise click.UsageError(
-            "--resume-from is for the local backend; verl resumes from its latest checkpoint (--resume)"
-        )
-    resume = resume or bool(resume_from)
-    if backend == "verl":
-        from rlfcore.backends.verl.hydra import Cluster
-        from rlfcore.backends.verl.launch import main as verl_main
+    from rlfcore.backends import get_backend
+    from rlfcore.backends.base import BackendError, ClusterOptions, TrainRequest
 
-        cluster = Cluster(
-            gpus_per_node=gpus_per_node,
-            nodes=nodes,
-            rollout=rollout,
-            ray_address=ray_address,
-            tensor_parallel=tensor_parallel,
-        )
-        if resume and not run_dir:
-            raise click.UsageError("--resume needs --run-dir: the run to continue")
-        ctx.exit(
-            verl_main(
-                config_path, list(overrides), raw, _run_path(config_path, run_dir), cluster, dry_run, click.echo, resume
-            )
-        )
-    if dry_run or raw:
-        raise click.UsageError("--dry-run and raw overrides after `--` are for --backend verl")
+    resume = resume or bool(resume_from)
     if resume and not run_dir:
         raise click.UsageError("--resume needs --run-dir: the run to continue")
-    from rlfcore.config import load_config
-    from rlfcore.trainer.run import train as run_train
-
-    config, manager = load_config(config_path, list(overrides))
-    path = _run_path(config_path, run_dir)
-    bar = _Bar(config)
-    click.echo(f"Run folder: {path}")
-    with bar.progress:
-        summary = run_train(
-            config, manager, path, resume=resume, progress=bar, resume_from=Path(resume_from) if resume_from else None
-        )
-    _summary(summary, path)
+    cluster = ClusterOptions(gpus_per_node, nodes, ray_address, rollout, tensor_parallel)
+    request = TrainRequest(
+        config_path,
+        _run_path(config_path, run_dir),
+        list(overrides),
+        ctx.meta.get("raw_overrides", []),
+        resume,
+        Path(resume_from) if resume_from else None,
+        cluster,
+    )
+    chosen = get_backend(backend)
+    try:
+        job = chosen.prepare(request)
+    except BackendError as exc:
+        raise click.UsageError(str(exc)) from None
+    if dry_run:
+        outcome = chosen.dry_run(job, click.echo)
+    else:
+        click.echo(f"Run folder: {request.run_dir}")
+        with _Bar(job.config) as bar:
+            outcome = (chosen.resume if resume else chosen.run)(job, bar)
+    if outcome.summary is not None:
+        _summary(outcome.summary, request.run_dir)
+    ctx.exit(outcome.exit_code)
 
 
 @click.command("sft")
@@ -180,13 +184,12 @@ def train(
 )
 def sft(config_path: str, overrides: tuple[str, ...], run_dir: str | None) -> None:
     """Supervised warm start on sft.data (JSONL of conversations), loss on assistant tokens only."""
+    from rlfcore.backends.local.run import sft_only
     from rlfcore.config import load_config
-    from rlfcore.trainer.run import sft_only
 
     config, manager = load_config(config_path, list(overrides))
     path = _run_path(config_path, run_dir)
-    bar = _Bar(config)
-    with bar.progress:
+    with _Bar(config) as bar:
         result = sft_only(config, manager, path, progress=bar)
     click.echo(
         f"SFT: {result['steps']} steps, loss {result['loss_first']:.3f} -> {result['loss_last']:.3f} "
@@ -223,20 +226,17 @@ def init_model(config_path: str, overrides: tuple[str, ...]) -> None:
     task's own text (digits as single tokens, Qwen-style special tokens, a chat template with tools),
     or a copy of the real tokenizer folder model.init.tokenizer, and a randomly initialised Qwen3
     model sized to it. No download."""
-    import asyncio
-
+    from rlfcore.backends.local.model import ensure_model, load_policy, tool_schemas
     from rlfcore.config import load_config
     from rlfcore.runtime import Runtime
     from rlfcore.tinymodel import describe
-    from rlfcore.trainer.model import ensure_model, load_policy, tool_schemas
-    from rlfcore.trainer.run import base_dir
 
     config, manager = load_config(config_path, list(overrides))
-    runtime = asyncio.run(Runtime.create(config, manager))
+    runtime = Runtime.open(config, manager)
     try:
-        path = ensure_model(config, base_dir(config), tool_schemas(runtime))
+        path = ensure_model(config, config.base_dir, tool_schemas(runtime))
     finally:
-        asyncio.run(runtime.aclose())
+        runtime.close()
     model, _ = load_policy(path, "cpu")
     click.echo(f"{describe(model)} at {path}")
 

@@ -466,7 +466,7 @@ def _preview(state: State, cfg: Path, overrides: list[str], n: int) -> dict[str,
     data = config.data.train or config.data.eval
     if not data:
         return {"error": "the config names no data: set data.train or data.eval"}
-    path = Path(data) if Path(data).is_absolute() else cfg.parent / data
+    path = config.path(data)
     out: dict[str, Any] = {
         "path": str(path),
         "rows": [],
@@ -482,7 +482,7 @@ def _preview(state: State, cfg: Path, overrides: list[str], n: int) -> dict[str,
     tok = None
     model = config.model.tokenizer or config.model.path
     if model:
-        where = Path(model) if Path(model).is_absolute() else cfg.parent / model
+        where = config.path(model)
         if (where / "tokenizer_config.json").exists():
             from rlfcore.chat import load_tokenizer as load_chat_tokenizer
 

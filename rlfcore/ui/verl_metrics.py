@@ -15,7 +15,6 @@ from rlfcore.backends.verl import EARLIER_METRICS_FILE, METRICS_FILE
 
 FILE = METRICS_FILE
 EARLIER = EARLIER_METRICS_FILE
-"""The files the UI reads a verl run's curves from, in the order verl wrote them: EARLIER, then FILE."""
 
 NAMES: dict[str, tuple[str, ...]] = {
     "reward_mean": ("critic/score/mean",),

@@ -13,9 +13,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING
 
-from rlfcore import ToolCall, ToolResult
-from rlfcore.loop import continuation
-from rlfcore.types import Message
+from rlfcore import Message, ToolCall, ToolResult, continuation
 
 if TYPE_CHECKING:
     from rlf_deepsearch.corpus import Passage

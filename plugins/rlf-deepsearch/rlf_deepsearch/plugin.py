@@ -31,8 +31,8 @@ from rlfcore import (
     ToolResult,
     TurnContext,
     hookimpl,
+    tool,
 )
-from rlfcore.tools import tool
 
 
 @hookimpl

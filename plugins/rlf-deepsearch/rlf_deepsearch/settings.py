@@ -7,6 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from rlfcore import config_dir, resolve_path
+
 
 class Settings(BaseModel):
     """Where passages come from, how the model talks to the search, and how answers are scored."""
@@ -89,12 +91,9 @@ def settings_of(ctx: Any) -> Settings:
 
 
 def base_dir(ctx: Any) -> Path:
-    """The folder relative settings paths are read from: the run config's, else the working directory."""
-    config = getattr(ctx, "config", None)
-    source = getattr(config, "source", None) if config is not None else None
-    return Path(source).resolve().parent if source is not None else Path.cwd()
+    """The folder relative settings paths are read from: the run config's (rlfcore's one rule)."""
+    return config_dir(getattr(ctx, "config", None))
 
 
 def resolve(path: str, base: Path) -> Path:
-    p = Path(path).expanduser()
-    return p if p.is_absolute() else (base / p).resolve()
+    return resolve_path(path, base)

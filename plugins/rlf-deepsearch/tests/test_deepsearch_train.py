@@ -98,12 +98,12 @@ def test_local_trainer_learns_from_search_r1_trajectories(run_config, tmp_path):
     raw in-turn observations, Search-R1's reward, the loss and the update of the tiny model."""
     import yaml as _yaml
 
+    from rlfcore.backends.local.local import LocalTrainer
+    from rlfcore.backends.local.model import load_policy
+    from rlfcore.backends.local.rundir import RunDir
     from rlfcore.data import read_rows
     from rlfcore.engines.scripted import ScriptedEngine
     from rlfcore.testing import make_runtime
-    from rlfcore.trainer.local import LocalTrainer
-    from rlfcore.trainer.model import load_policy
-    from rlfcore.trainer.rundir import RunDir
 
     path, data = run_config
     config = _yaml.safe_load(path.read_text())

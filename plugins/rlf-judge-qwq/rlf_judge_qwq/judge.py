@@ -18,10 +18,10 @@ from rlf_judge_qwq.metrics import JudgeMetrics
 from rlf_judge_qwq.prompts import Subject, group_messages, pointwise_messages, subject_of
 from rlf_judge_qwq.settings import JudgeSettings
 from rlf_judge_qwq.verdict import VerdictError, parse_group, parse_pointwise
-from rlfcore import Sample, Score
+from rlfcore import Sample, Score, config_dir, resolve_path
 
 if TYPE_CHECKING:
-    from rlfcore.config import RunConfig
+    from rlfcore import RunConfig
 
 NAME = "judge-qwq"
 T = TypeVar("T")
@@ -160,15 +160,14 @@ def judge_for(config: RunConfig | None, served: Sequence[str] = ()) -> Judge | N
 
 
 def _base_dir(config: RunConfig | None) -> Path:
-    return config.source.parent if config is not None and config.source is not None else Path.cwd()
+    return config_dir(config)
 
 
 def _make_backend(settings: JudgeSettings, base_dir: Path, metrics: JudgeMetrics) -> Backend:
     if settings.backend == "transformers":
         from rlf_judge_qwq.local import TransformersJudge
 
-        path = Path(settings.model_path or "")
-        return TransformersJudge(path if path.is_absolute() else base_dir / path, metrics, settings.device)
+        return TransformersJudge(resolve_path(settings.model_path or "", base_dir), metrics, settings.device)
     return ChatEndpoints(settings, metrics)
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from rlf_mcp.settings import McpSettings, configured_servers, uses_default
-from rlfcore import Example, SetupContext, Tool, hookimpl
+from rlfcore import Example, SetupContext, Tool, config_dir, hookimpl
 
 
 @hookimpl
@@ -72,6 +72,5 @@ def _settings(ctx: SetupContext) -> McpSettings:
 
 
 def _base_dir(ctx: SetupContext) -> Path:
-    """Relative paths in the section are relative to the run config's folder (else the working folder)."""
-    source = ctx.config.source if ctx.config is not None else None
-    return source.parent if source is not None else Path.cwd()
+    """Relative paths in the section are relative to the run config's folder (rlfcore's one rule)."""
+    return config_dir(ctx.config)

@@ -1,10 +1,12 @@
 """The process's MCP servers: started once, shared by every toolset and trajectory, closed at exit.
 
-Why a background loop: the core sets a run up inside one ``asyncio.run`` and may roll out in others
-(``rlfcore.testing`` does), while an MCP session is tied to the task and loop that opened it. So every
-session lives in one event loop that runs in a daemon thread for the life of the process, and a tool
-call from any loop is bridged to it (``run_coroutine_threadsafe`` + ``wrap_future``: cancelling the
-caller, as the executor's timeout does, cancels the call in the pool too).
+Why a background loop: a run has one event loop (``rlfcore.runloop``), but the servers here are the
+process's, shared by every runtime it sets up, whose loops differ (a test session builds one runtime
+per test; ``rlf ui`` keeps its own loop thread), and closed at interpreter exit, after those loops
+have closed; an MCP session is tied to the task and loop that opened it. So every session lives in
+one event loop that runs in a daemon thread for the life of the process, and a tool call from any
+loop is bridged to it (``run_coroutine_threadsafe`` + ``wrap_future``: cancelling the caller, as the
+executor's timeout does, cancels the call in the pool too).
 
 Servers are keyed by their resolved spec (name, command or URL, environment...), so setting up a
 second runtime with the same servers reuses the running ones. :func:`shutdown` closes them all; it

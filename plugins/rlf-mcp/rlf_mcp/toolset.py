@@ -18,8 +18,7 @@ import mcp_types as types
 from rlf_mcp.connection import Policy, ServerConnection
 from rlf_mcp.pool import Pool, get_pool
 from rlf_mcp.settings import McpConfigError, McpSettings, ServerEntry
-from rlfcore import Tool
-from rlfcore.surrogates import first_lone
+from rlfcore import Tool, first_lone
 
 
 class McpToolError(Exception):

@@ -13,9 +13,10 @@ from rlf_nl2sql.answer import AnswerFormat
 from rlf_nl2sql.compare import Tolerance
 from rlf_nl2sql.database import DatabaseUnavailable
 from rlf_nl2sql.verify import PoolKind, VerifyOptions
+from rlfcore import config_dir
 
 if TYPE_CHECKING:
-    from rlfcore.config import RunConfig
+    from rlfcore import RunConfig
 
 
 class Settings(BaseModel):
@@ -83,9 +84,8 @@ class Settings(BaseModel):
 
 
 def base_dir(config: RunConfig | None) -> Path:
-    """The folder relative paths in settings start from: the run config's, else the working directory."""
-    source = getattr(config, "source", None)
-    return Path(source).resolve().parent if source else Path.cwd()
+    """The folder relative paths in settings start from: the run config's (rlfcore's one rule)."""
+    return config_dir(config)
 
 
 @dataclass(frozen=True)

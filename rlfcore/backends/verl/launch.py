@@ -58,11 +58,6 @@ def require_verl() -> None:
         log.warning("verl %s is installed; rlf's verl backend is tested with %s", verl.__version__, VERL_VERSION)
 
 
-def _data_path(path: str, base: Path) -> Path:
-    p = Path(path).expanduser()
-    return p if p.is_absolute() else base / p
-
-
 def sft_model_path(run_dir: str | Path) -> Path:
     """Where rlf's SFT warm start leaves the model (``rlf sft``'s layout), for verl to start from."""
     return Path(run_dir).resolve() / "checkpoints" / "sft" / "model"
@@ -88,14 +83,13 @@ def prepare(
 
     config, manager = load_config(config_path, overrides)
     runtime = Runtime(config, manager)  # routing only: no plugin setup, no servers
-    base = Path(config_path).resolve().parent
     if not config.data.train:
         raise ValueError("the config names no training data: set data.train")
     out = Path(run_dir) / "verl"
-    train_file = write_parquet(read_rows(_data_path(config.data.train, base)), out / "train.parquet", runtime)
+    train_file = write_parquet(read_rows(config.path(config.data.train)), out / "train.parquet", runtime)
     val_file = None
     if config.data.eval:
-        val_file = write_parquet(read_rows(_data_path(config.data.eval, base)), out / "val.parquet", runtime)
+        val_file = write_parquet(read_rows(config.path(config.data.eval)), out / "val.parquet", runtime)
     sft_model = sft_model_path(run_dir) if config.sft.data else None
     translated = verl_overrides(
         config, config_path, train_file, val_file, overrides, run_dir, cluster, sft_model, resume
@@ -113,12 +107,10 @@ def make_model(config_path: str | Path, overrides: list[str], plan: Plan, resume
     """Make the model verl starts from, when rlf has to: its SFT warm start (``sft.data``, run here
     with rlf's own trainer, as the local backend runs it before GRPO), or ``model.init``'s tiny model.
     A resumed run keeps the warm start it already has."""
-    import asyncio
-
+    from rlfcore.backends.local.model import ensure_model, tool_schemas
+    from rlfcore.backends.local.run import sft_only
     from rlfcore.config import load_config
     from rlfcore.runtime import Runtime
-    from rlfcore.trainer.model import ensure_model, tool_schemas
-    from rlfcore.trainer.run import base_dir, sft_only
 
     config, manager = load_config(config_path, overrides)
     if plan.sft_model is not None:
@@ -127,11 +119,11 @@ def make_model(config_path: str | Path, overrides: list[str], plan: Plan, resume
         return
     if config.model.init is None:
         return
-    runtime = asyncio.run(Runtime.create(config, manager))
+    runtime = Runtime.open(config, manager)
     try:
-        ensure_model(config, base_dir(config), tool_schemas(runtime))
+        ensure_model(config, config.base_dir, tool_schemas(runtime))
     finally:
-        asyncio.run(runtime.aclose())
+        runtime.close()
 
 
 def clear_records(run_dir: str | Path, resume: bool) -> None:
@@ -200,20 +192,8 @@ def launch(plan: Plan) -> int:
     return subprocess.call(command(plan))
 
 
-def main(
-    config_path: str | Path,
-    overrides: list[str],
-    raw_overrides: list[str],
-    run_dir: str | Path,
-    cluster: Cluster | None = None,
-    dry_run: bool = False,
-    echo: Callable[[str], None] = print,
-    resume: bool = False,
-) -> int:
-    """What ``rlf train --backend verl`` does: prepare, then print the plan (dry run) or make the
-    model (SFT warm start or ``model.init``) and launch verl."""
-    plan = prepare(config_path, overrides, raw_overrides, run_dir, cluster, resume)
-    files = ", ".join(str(p) for p in (plan.train_file, plan.val_file) if p is not None)
+def report(plan: Plan, echo: Callable[[str], None] = print) -> None:
+    """The plan's notices: local-only settings verl ignores, the SFT warm start, where metrics go."""
     for line in plan.notices:
         echo(f"# {line}")
     if plan.sft_model is not None:
@@ -221,13 +201,29 @@ def main(
     metrics = metrics_file(plan)
     if metrics is not None:
         echo(f"# verl's file logger writes each step's metrics to {metrics}; rlf ui draws them")
-    if dry_run:
-        echo(plan.yaml())
-        echo(f"# verl config validated; data written to {files}")
-        echo(f"# dry run: nothing launched. to launch it by hand: {shlex.join(command(plan))}")
-        return 0
+
+
+def dry_run(plan: Plan, echo: Callable[[str], None] = print) -> int:
+    """Print verl's validated config and the command that would launch it; launch nothing."""
+    report(plan, echo)
+    echo(plan.yaml())
+    echo(f"# verl config validated; data written to {_files(plan)}")
+    echo(f"# dry run: nothing launched. to launch it by hand: {shlex.join(command(plan))}")
+    return 0
+
+
+def start(
+    config_path: str | Path, overrides: list[str], plan: Plan, resume: bool, echo: Callable[[str], None] = print
+) -> int:
+    """Make the model (SFT warm start or ``model.init``), set the run folder's records and metrics
+    for a fresh or resumed run, and launch verl; returns verl's exit code."""
+    report(plan, echo)
     make_model(config_path, overrides, plan, resume)
     clear_records(plan.run_dir, resume)
     keep_metrics(plan.run_dir, resume)
-    echo(f"verl data: {files}; config: {plan.run_dir / 'verl' / 'config.yaml'}")
+    echo(f"verl data: {_files(plan)}; config: {plan.run_dir / 'verl' / 'config.yaml'}")
     return launch(plan)
+
+
+def _files(plan: Plan) -> str:
+    return ", ".join(str(p) for p in (plan.train_file, plan.val_file) if p is not None)

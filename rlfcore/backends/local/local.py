@@ -9,7 +9,6 @@ tokens only (the loop's mask), optionally with a KL penalty to the frozen starti
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import math
 import random
@@ -23,6 +22,9 @@ from typing import Any
 
 import torch
 
+from rlfcore.backends.local import grpo
+from rlfcore.backends.local.checkpoint import load_error
+from rlfcore.backends.local.rundir import RunDir, rng_state, set_rng_state
 from rlfcore.chat import HFChatTokenizer
 from rlfcore.data import Row
 from rlfcore.diagnostics import Advisor, trajectory_warnings
@@ -32,9 +34,6 @@ from rlfcore.loop import Rollout, Trajectory
 from rlfcore.rewards import RewardPipeline, turn_returns
 from rlfcore.runtime import Runtime
 from rlfcore.signals import Interrupted, deferred
-from rlfcore.trainer import grpo
-from rlfcore.trainer.checkpoint import load_error
-from rlfcore.trainer.rundir import RunDir, rng_state, set_rng_state
 
 
 def schedule(kind: str, warmup: int, total: int) -> Callable[[int], float]:
@@ -70,7 +69,10 @@ def row_order(n_rows: int, seed: int, step: int, per_step: int) -> list[int]:
 
 
 class LocalTrainer:
-    """GRPO on one device. ``run()`` trains from the last checkpoint (if resuming) to ``trainer.steps``."""
+    """GRPO on one device. ``run()`` trains from the last checkpoint (if resuming) to ``trainer.steps``.
+
+    ``runtime`` comes from :meth:`Runtime.open`: every step's rollout and scoring run in its one loop.
+    """
 
     def __init__(self, runtime: Runtime, model: Any, hf_tokenizer: Any, rows: list[Row], run_dir: RunDir):
         self.runtime = runtime
@@ -201,7 +203,7 @@ class LocalTrainer:
     def _collect_step(self) -> tuple[list[Trajectory], float, float]:
         rows = [self.rows[i] for i in row_order(len(self.rows), self.config.seed, self.step, self.cfg.prompts_per_step)]
         self.rollout.seed = self.config.seed * 1_000_003 + self.step
-        trajectories, rollout_s, score_s = asyncio.run(self._collect(rows))
+        trajectories, rollout_s, score_s = self.runtime.run(self._collect(rows))  # the run's one loop
         check_not_all_failed(trajectories, f"step {self.step + 1}")
         self.advisor(trajectory_warnings(trajectories, self.config, groups=True), f"step {self.step + 1}")
         return trajectories, rollout_s, score_s

@@ -16,12 +16,12 @@ from typing import Any
 
 import torch
 
+from rlfcore.backends.local import grpo
+from rlfcore.backends.local.local import autocast, schedule
+from rlfcore.backends.local.rundir import RunDir
 from rlfcore.chat import HFChatTokenizer
 from rlfcore.runtime import Runtime
 from rlfcore.sequences import Sequence, SequenceBuilder
-from rlfcore.trainer import grpo
-from rlfcore.trainer.local import autocast, schedule
-from rlfcore.trainer.rundir import RunDir
 
 
 def read_conversations(path: Path, runtime: Runtime, tok: HFChatTokenizer) -> list[Sequence]:

@@ -8,11 +8,12 @@ from pathlib import Path
 from typing import Any
 
 from rlfcore.chat import COMPACT_TEMPLATE, QWEN3_TEMPLATE, ByteChatTokenizer
-from rlfcore.config import RunConfig, resolve_path
+from rlfcore.config import RunConfig
+from rlfcore.paths import resolve_path
 
 
 def resolve(path: str | None, base: Path) -> Path | None:
-    """A config path, relative to the config's folder (:func:`rlfcore.config.resolve_path`)."""
+    """A config path, relative to the config's folder (:func:`rlfcore.paths.resolve_path`)."""
     return None if path is None else resolve_path(path, base)
 
 
@@ -65,7 +66,7 @@ def ensure_model(config: RunConfig, base: Path, tools: list[dict[str, Any]] | No
     if init.tokenizer is not None:
         from rlfcore.tinymodel import build_on_tokenizer
 
-        source = Path(init.tokenizer) if Path(init.tokenizer).is_absolute() else base / init.tokenizer
+        source = resolve_path(init.tokenizer, base)
         if not source.is_dir():
             raise FileNotFoundError(f"model.init.tokenizer: no such folder: {source}")
         return build_on_tokenizer(source, path, **sizes)

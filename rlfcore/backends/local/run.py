@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import statistics
 import time
@@ -10,35 +9,34 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rlfcore.backends.base import Progress
+from rlfcore.backends.local.model import ensure_model, load_policy, resolve, tool_schemas
+from rlfcore.backends.local.rundir import RunDir
 from rlfcore.config import RunConfig
 from rlfcore.data import read_rows
 from rlfcore.diagnostics import Advisor, config_warnings
 from rlfcore.engines.chat import refuse_chat_engine
 from rlfcore.plugins import PluginManager
 from rlfcore.runtime import Runtime
-from rlfcore.trainer.model import ensure_model, load_policy, resolve, tool_schemas
-from rlfcore.trainer.rundir import RunDir
-
-Progress = Callable[[str, dict[str, Any]], None]
-"""Called as ``(phase, metrics)`` after every step: phase is ``sft`` or ``grpo``."""
 
 
 class RunDirError(ValueError):
     """The run folder holds another run; resume it or choose another folder."""
 
 
-def open_run_dir(path: Path, resume: bool) -> RunDir:
+def check_run_dir(path: Path, resume: bool) -> None:
+    """A :class:`RunDirError` when a fresh run would write over another one in ``path``."""
     if (
         not resume
         and path.exists()
         and any((path / f).exists() for f in ("metrics.jsonl", "sft_metrics.jsonl", "checkpoints"))
     ):
         raise RunDirError(f"{path} already holds a run: pass --resume to continue it, or choose another --run-dir")
+
+
+def open_run_dir(path: Path, resume: bool) -> RunDir:
+    check_run_dir(path, resume)
     return RunDir(path)
-
-
-def base_dir(config: RunConfig) -> Path:
-    return config.base_dir
 
 
 def check_model(config: RunConfig, base: Path) -> None:
@@ -68,12 +66,12 @@ def train(
     continues from the last checkpoint, ``resume_from`` from the one named (an earlier, intact one)."""
     import torch
 
-    from rlfcore.trainer.local import LocalTrainer
-    from rlfcore.trainer.sft import train_sft
+    from rlfcore.backends.local.local import LocalTrainer
+    from rlfcore.backends.local.sft import train_sft
 
     start = time.perf_counter()
     refuse_chat_engine(config)
-    base = base_dir(config)
+    base = config.base_dir
     if not config.data.train:
         raise ValueError("the config names no training data: set data.train")
     rows = read_rows(resolve(config.data.train, base))
@@ -87,7 +85,7 @@ def train(
     run_dir.save_config(config)
     Advisor()(config_warnings(config, training=True))
     torch.manual_seed(config.seed)
-    runtime = asyncio.run(Runtime.create(config, manager))
+    runtime = Runtime.open(config, manager)  # one event loop for set-up, every step and shutdown
     try:
         run_dir.open_trackers(config)
         model_path = ensure_model(config, base, tool_schemas(runtime))
@@ -119,7 +117,7 @@ def train(
         grpo_s = time.perf_counter() - t0
     finally:
         run_dir.close()  # trackers finish their runs, also when training stopped on an error
-        asyncio.run(runtime.aclose())
+        runtime.close()
     summary = summarize(run_dir.metrics(), sft_s=sft_s, grpo_s=grpo_s, total_s=time.perf_counter() - start)
     (run_dir.path / "summary.json").write_text(json.dumps(summary, indent=2))
     run_dir.curve(f"{config.source.stem if config.source else 'run'}: reward per step")
@@ -130,15 +128,15 @@ def sft_only(
     config: RunConfig, manager: PluginManager, run_path: Path, progress: Progress | None = None
 ) -> dict[str, Any]:
     """``rlf sft``: the warm start alone; the model is saved in ``checkpoints/sft/model``."""
-    from rlfcore.trainer.sft import mean_loss, train_sft
+    from rlfcore.backends.local.sft import mean_loss, train_sft
 
-    base = base_dir(config)
+    base = config.base_dir
     if not config.sft.data:
         raise ValueError("the config names no SFT data: set sft.data (JSONL of conversations)")
     check_model(config, base)
     run_dir = open_run_dir(run_path, resume=False)
     run_dir.save_config(config)
-    runtime = asyncio.run(Runtime.create(config, manager))
+    runtime = Runtime.open(config, manager)
     try:
         run_dir.open_trackers(config)
         model, hf_tok = load_policy(
@@ -148,7 +146,7 @@ def sft_only(
         history = train_sft(model, hf_tok, runtime, resolve(config.sft.data, base), run_dir, _phase(progress, "sft"))
     finally:
         run_dir.close()
-        asyncio.run(runtime.aclose())
+        runtime.close()
     path = run_dir.save_checkpoint("sft", model, hf_tok, {"step": config.sft.steps})
     return {
         "steps": len(history),
