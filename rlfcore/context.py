@@ -15,6 +15,7 @@ if TYPE_CHECKING:
 
     from rlfcore.config import RunConfig
     from rlfcore.runtime import Runtime
+    from rlfcore.sessions import OpenSession
     from rlfcore.types import Message, Sample, Tool
 
 T = TypeVar("T")
@@ -45,6 +46,9 @@ class TurnContext:
     called (``None`` for the built-ins), ``tools`` the tools this sample may call, ``messages`` the conversation so far (this
     turn's assistant message is appended once ``parse_tool_calls`` has answered), ``parser`` the configured tool-call format, ``runtime``
     the run's shared services (executor, parsers, tokenizer) for the built-in implementations.
+    ``session`` is what the called plugin's ``open_session`` opened for this trajectory (``None``
+    without one); ``sessions`` holds every plugin's, for an ``invoke_tools`` that runs the executor
+    itself (``ctx.runtime.executor.run(calls, tools, ctx.sessions)``).
     """
 
     sample_id: str
@@ -57,6 +61,8 @@ class TurnContext:
     config: RunConfig | None = None
     row: Mapping[str, Any] = field(default_factory=dict)
     runtime: Runtime | None = None
+    session: Any = None
+    sessions: Mapping[str, OpenSession] = field(default_factory=dict)
 
 
 @dataclass
