@@ -270,3 +270,26 @@ def test_the_session_parameter_is_not_in_the_models_schema():
     }
     assert peek.parameters["required"] == ["prefix"]
     assert peek.fn(session=Box("S", []), prefix="=", times="2") == "==S"  # validated without the session
+
+
+def test_the_documented_example_gives_two_trajectories_of_one_batch_their_own_database(tmp_path):
+    """docs/hooks.md's open_session example, run: two rows on two real SQLite files in one batch."""
+    import sqlite3
+    import types
+
+    from test_docs import _code_blocks, _read, hook_sections
+
+    module = types.ModuleType("db_example")
+    exec(_code_blocks(hook_sections(_read("hooks.md"))["open_session"], "python")[1], module.__dict__)
+    rows = []
+    for city in ("Paris", "Lima"):
+        path = tmp_path / f"{city}.db"
+        with sqlite3.connect(path) as db:
+            db.execute("CREATE TABLE t (city TEXT)")
+            db.execute("INSERT INTO t VALUES (?)", (city,))
+        db.close()
+        rows.append({"id": city, "prompt": "Which city?", "extra": {"db": str(path)}})
+    script = {r["id"]: [call("sql", query="SELECT city FROM t"), r["id"]] for r in rows}
+    out = rollout({"plugins": ["db"], "rollout": {"n": 2}}, rows, script, {"db": module}, score=False)
+    assert [_tool_outputs(t) for t in out] == [["Paris"], ["Paris"], ["Lima"], ["Lima"]]
+    assert all(t.error is None and t.session_error is None for t in out)
