@@ -19,10 +19,29 @@ if TYPE_CHECKING:
     from rlfcore.types import Message, Sample, Tool
 
 T = TypeVar("T")
+S = TypeVar("S", bound="BaseModel")
+
+
+class _Settings:
+    """The typed accessor every context has for its ``settings``."""
+
+    settings: BaseModel | None
+
+    def settings_as(self, schema: type[S]) -> S:
+        """``settings`` (the calling plugin's own section, always) typed as ``schema``, the model the
+        plugin registered; the schema's defaults when the context carries none (one built by hand)."""
+        if self.settings is None:
+            return schema()
+        if not isinstance(self.settings, schema):
+            raise TypeError(
+                f"ctx.settings is a {type(self.settings).__name__}, not {schema.__name__}: "
+                "settings_as takes the schema this plugin's register_config_schema returns"
+            )
+        return self.settings
 
 
 @dataclass
-class SetupContext:
+class SetupContext(_Settings):
     """For the registration hooks, called once per plugin when a run starts or a command inspects it.
 
     ``settings`` is the calling plugin's own validated config section (its schema's defaults when the
@@ -39,7 +58,7 @@ class SetupContext:
 
 
 @dataclass
-class TurnContext:
+class TurnContext(_Settings):
     """For the per-turn hooks of one trajectory.
 
     ``env`` is the sample's environment, ``settings`` the config section of the plugin whose hook is
@@ -66,7 +85,7 @@ class TurnContext:
 
 
 @dataclass
-class ScoreContext:
+class ScoreContext(_Settings):
     """For the reward hooks. ``group`` holds every sample of the same prompt (GRPO's group);
     ``settings`` is the config section of the plugin whose hook is called. ``judge_endpoints`` are
     OpenAI-compatible base URLs (ending in ``/v1``) of a judge model the trainer itself serves (verl's

@@ -152,14 +152,10 @@ class ToolExecutor:
                 outcome = _Outcome(f"Error: unknown tool {call.name!r}; available tools: {available}", "unknown_tool")
             elif (problem := _schema_problem(tool, call.arguments)) is not None:
                 outcome = _Outcome(f"Error: invalid arguments for tool {tool.name!r}: {problem}", "schema")
-            elif tool.takes_session and session is None:
-                outcome = _Outcome(
-                    f"Error: tool {tool.name!r} needs a session of plugin '{tool.plugin}' for this trajectory, "
-                    "and it opened none (its open_session returned None)",
-                    "exception",
-                )
             else:
-                arguments = {**call.arguments, SESSION: session.value} if session is not None else call.arguments
+                arguments = call.arguments
+                if tool.takes_session:  # None without one (its plugin opened none, or no trajectory calls)
+                    arguments = {**arguments, SESSION: session.value if session is not None else None}
                 if self.config.cache:
                     outcome, cached = await self._cached(tool, arguments, session.key if session is not None else "")
                 else:

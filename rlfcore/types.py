@@ -53,8 +53,8 @@ class Tool:
     ``fn`` takes the arguments as keywords and may be sync or async; it returns a string (or anything
     ``str()``-able, dicts and lists are rendered as JSON). Raise :class:`TransientToolError` for errors
     worth a retry. With ``takes_session`` it also gets ``session=``: what its plugin's
-    ``open_session`` opened for the calling trajectory (``@tool`` sets it for a function with a
-    ``session`` parameter, which the model never sees).
+    ``open_session`` opened for the calling trajectory, ``None`` when there is none (``@tool`` sets
+    it for a function with a ``session`` parameter, which the model never sees).
     """
 
     name: str

@@ -246,11 +246,11 @@ class NoSession(Boxes):
         return None
 
 
-def test_a_tool_that_needs_a_session_its_plugin_did_not_open_answers_with_an_error():
+def test_a_tool_whose_plugin_opened_no_session_gets_none_and_its_error_reaches_the_model():
     [t] = rollout({**CONFIG, "rollout": {"n": 1}}, ROWS[:1], SCRIPT, {"boxes": NoSession()}, score=False)
     [output] = _tool_outputs(t)
-    assert t.tool_error_kinds == {"exception": 1}
-    assert "needs a session of plugin 'boxes'" in output and "opened none" in output
+    assert t.tool_error_kinds == {"exception": 1} and t.error is None
+    assert "AttributeError" in output and "'NoneType' object has no attribute 'secret'" in output
 
 
 def test_the_session_parameter_is_not_in_the_models_schema():

@@ -8,13 +8,14 @@ Each dataset row names its database in ``extra.db`` (relative to ``nl2sql.db_roo
 from __future__ import annotations
 
 import functools
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel
 
 from rlf_nl2sql.database import DatabaseUnavailable
 from rlf_nl2sql.settings import Locator, Settings, base_dir
-from rlf_nl2sql.tools import DatabaseTool, make_tools
+from rlf_nl2sql.tools import DatabaseSession, make_tools
 from rlf_nl2sql.verify import PoolKind, Verifier, VerifyOptions
 from rlfcore import (
     Example,
@@ -23,8 +24,6 @@ from rlfcore import (
     ScoreContext,
     SetupContext,
     Tool,
-    ToolCall,
-    ToolResult,
     TurnContext,
     Verification,
     hookimpl,
@@ -43,17 +42,14 @@ def register_config_schema() -> type[BaseModel]:
 
 @hookimpl
 def register_tools(ctx: SetupContext) -> list[Tool]:
-    settings = _settings(ctx)
-    return [*make_tools(settings, Locator.from_settings(settings, base_dir(ctx.config)))]
+    settings = ctx.settings_as(Settings)
+    return make_tools(settings, Locator.from_settings(settings, base_dir(ctx.config)))
 
 
 @hookimpl
-async def invoke_tools(calls: list[ToolCall], ctx: TurnContext) -> list[ToolResult] | None:
-    """Bind the database tools to this sample's database, then let the core's executor run the calls."""
-    if ctx.runtime is None:
-        return None
-    tools = {name: t.for_row(ctx.row) if isinstance(t, DatabaseTool) else t for name, t in ctx.tools.items()}
-    return await ctx.runtime.executor.run(calls, tools)
+async def open_session(row: Mapping[str, Any], ctx: TurnContext) -> DatabaseSession:
+    """The trajectory's database, from its row's ``extra.db``: what the ``sql`` and ``schema`` tools query."""
+    return DatabaseSession.for_row(Locator.from_settings(ctx.settings_as(Settings), base_dir(ctx.config)), row)
 
 
 @hookimpl
@@ -61,7 +57,7 @@ async def verify_tool(sample: Sample, ctx: ScoreContext) -> Verification | None:
     """Run the final answer's SQL and the gold SQL on the sample's database and compare the results."""
     if sample.ground_truth is None:
         return None
-    settings = _settings(ctx)
+    settings = ctx.settings_as(Settings)
     try:
         db = Locator.from_settings(settings, base_dir(ctx.config)).locate(sample.extra)
     except DatabaseUnavailable as exc:
@@ -81,7 +77,7 @@ def compute_score(sample: Sample, verification: Verification | None, ctx: ScoreC
     """Execution match, blended with the format component by ``format_weight``."""
     if verification is None:
         return None
-    weight = _settings(ctx).format_weight
+    weight = ctx.settings_as(Settings).format_weight
     execution = float(verification.passed)
     fmt = float(verification.details.get("format", 0.0))
     error = verification.error if verification.details.get("stage") in INFRASTRUCTURE_STAGES else None
@@ -108,15 +104,6 @@ def register_examples(ctx: SetupContext) -> list[Example]:
             expected_reward=0.0,
         ),
     ]
-
-
-def _settings(ctx: SetupContext | TurnContext | ScoreContext) -> Settings:
-    """This plugin's section. In an environment shared with other plugins the context may carry the
-    first plugin's section instead, so look ours up by name, else use the defaults."""
-    if isinstance(ctx.settings, Settings):
-        return ctx.settings
-    own = ctx.config.settings(NAME) if ctx.config is not None else None
-    return own if isinstance(own, Settings) else Settings()
 
 
 @functools.lru_cache(maxsize=8)
