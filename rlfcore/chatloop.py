@@ -37,7 +37,7 @@ class ChatRollout(Rollout):
         self.reasoning = False
 
     async def _turns(self, traj: Trajectory, ctx: TurnContext) -> bool:
-        schemas = [t.schema() for t in ctx.tools.values()]
+        schemas = [t.schema() for t in ctx.tools.values() if t.listed]
         api = self.chat_engine.prompt(traj.messages, schemas)
         generated = 0
         for turn in range(self.cfg.max_turns):

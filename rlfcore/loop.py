@@ -145,7 +145,7 @@ class Rollout:
             env=traj.env,
             turn=0,
             messages=traj.messages,
-            tools=self.runtime.tools_for(traj.env),
+            tools=self.runtime.callable_tools(traj.env),
             parser=self.cfg.parser,
             settings=self.runtime.settings(traj.env),
             config=self.runtime.config,
@@ -171,7 +171,7 @@ class Rollout:
 
     async def _turns(self, traj: Trajectory, ctx: TurnContext) -> bool:
         """The turns of one trajectory; True when an observation continued the assistant's turn."""
-        schemas = [t.schema() for t in ctx.tools.values()]
+        schemas = [t.schema() for t in ctx.tools.values() if t.listed]
         traj.prompt_ids = self.seq.prompt_ids(traj.messages, schemas)
         if len(traj.prompt_ids) >= self.cfg.max_total_tokens:
             traj.stop_reason, traj.truncated = "max_total_tokens", True

@@ -41,6 +41,9 @@ class Runtime:
         self.plugins = plugins
         self.parsers: dict[str, ToolCallParser] = {}
         self.tools: dict[str, dict[str, Tool]] = {}
+        """Per plugin, the tools listed in the prompt."""
+        self.unlisted_tools: dict[str, dict[str, Tool]] = {}
+        """Per plugin, the tools the model calls in a format of its own (``Tool.listed`` false)."""
         self.examples: dict[str, list[Example]] = {}
         self.engines: dict[str, Callable[..., Engine]] = {}
         self.processes = ProcessPool(config.reward.processes)
@@ -68,11 +71,12 @@ class Runtime:
         for impl in self.plugins.impls("register_tools"):
             found = await call_impl(self.plugins, "register_tools", impl, ctx=ctx)
             tools = self.tools.setdefault(impl.plugin_name, {})
+            unlisted = self.unlisted_tools.setdefault(impl.plugin_name, {})
             for tool in found or []:
-                if tool.name in tools:
+                if tool.name in tools or tool.name in unlisted:
                     raise ValueError(f"plugin '{impl.plugin_name}' registers two tools named '{tool.name}'")
                 tool.plugin = impl.plugin_name
-                tools[tool.name] = tool
+                (tools if tool.listed else unlisted)[tool.name] = tool
         for impl in self.plugins.impls("register_engines"):
             self.engines.update(await call_impl(self.plugins, "register_engines", impl, ctx=ctx) or {})
         for impl in self.plugins.impls("register_examples"):
@@ -126,10 +130,18 @@ class Runtime:
         return self.environments.get(env, []) if env is not None else []
 
     def tools_for(self, env: str | None) -> dict[str, Tool]:
-        """The tools a sample of ``env`` may call: those of the environment's plugins."""
+        """The tools a sample of ``env`` is told about: the listed ones of the environment's plugins."""
         out: dict[str, Tool] = {}
         for plugin in self.env_plugins(env):
             out.update(self.tools.get(plugin, {}))
+        return out
+
+    def callable_tools(self, env: str | None) -> dict[str, Tool]:
+        """The tools a sample of ``env`` may call: the listed ones and those called in a format of their own."""
+        out: dict[str, Tool] = {}
+        for plugin in self.env_plugins(env):
+            out.update(self.tools.get(plugin, {}))
+            out.update(self.unlisted_tools.get(plugin, {}))
         return out
 
     def impls(self, hook: str, env: str | None) -> list[pluggy.HookImpl]:

@@ -65,6 +65,9 @@ class Tool:
     max_concurrency: int | None = None
     plugin: str | None = None
     takes_session: bool = False
+    listed: bool = True
+    """False: callable, but left out of the prompt's tool list, for a format whose prompt describes
+    its own call syntax (Search-R1's ``<search>`` tags, read by the plugin's ``parse_tool_calls``)."""
 
     @property
     def is_async(self) -> bool:

@@ -3,10 +3,10 @@
 Enable it with ``plugins: [deepsearch]``; settings live under ``deepsearch:`` (see
 :class:`~rlf_deepsearch.settings.Settings`). With ``format: hermes`` the model calls a ``search``
 tool in the Hermes format and the core's defaults parse and observe. With ``format: search-r1`` this
-plugin reads Search-R1's ``<search>`` tags, runs the search through the core's executor and appends
-the ``<information>`` block as raw text inside the assistant's turn, as Search-R1 does, so Search-R1
-data, prompts and checkpoints run unchanged; the tool is then not listed in the prompt, as Search-R1
-prompts describe the tags themselves.
+plugin reads Search-R1's ``<search>`` tags as calls of the same tool, which the core's executor runs,
+and appends the ``<information>`` block as raw text inside the assistant's turn, as Search-R1 does,
+so Search-R1 data, prompts and checkpoints run unchanged; the tool is then unlisted
+(``Tool.listed``): callable, but not in the prompt, as Search-R1 prompts describe the tags themselves.
 
 Nothing heavy is imported here: bm25s, numpy and httpx load when a search backend is first built.
 """
@@ -55,7 +55,8 @@ def _make_search_tool(settings: Settings, base: Path) -> Tool:
     from rlf_deepsearch.formats import search_r1_passages
     from rlf_deepsearch.search import format_passages, shared_searcher
 
-    layout = search_r1_passages if settings.format == "search-r1" else format_passages
+    search_r1 = settings.format == "search-r1"
+    layout = search_r1_passages if search_r1 else format_passages
 
     @tool(name="search")
     def search(query: str) -> str:
@@ -67,7 +68,9 @@ def _make_search_tool(settings: Settings, base: Path) -> Tool:
         passages = shared_searcher(settings, base).search(query, settings.topk)
         return layout(passages, settings.max_chars)
 
-    search.plugin = "deepsearch"
+    search.listed = (
+        not search_r1
+    )  # Search-R1 prompts describe the tags; a listed tool would add the Hermes instructions
     return search
 
 
@@ -87,8 +90,6 @@ def register_tools(ctx: SetupContext) -> list[Tool]:
         from rlf_deepsearch.search import shared_searcher
 
         shared_searcher(settings, base_dir(ctx))
-    if settings.format == "search-r1":
-        return []  # Search-R1 prompts describe the tags; a listed tool would add the Hermes instructions
     return [search_tool(settings, base_dir(ctx))]
 
 
@@ -105,17 +106,6 @@ def parse_tool_calls(text: str, ctx: TurnContext) -> list[ToolCall] | None:
     if settings_of(ctx).format != "search-r1":
         return None
     return parse_search_r1(text)
-
-
-@hookimpl
-async def invoke_tools(calls: list[ToolCall], ctx: TurnContext) -> list[ToolResult] | None:
-    settings = settings_of(ctx)
-    if settings.format != "search-r1":
-        return None
-    if ctx.runtime is None:
-        raise RuntimeError("deepsearch's search-r1 format runs searches through ctx.runtime's executor, which is unset")
-    search = search_tool(settings, base_dir(ctx))
-    return await ctx.runtime.executor.run(calls, {search.name: search})
 
 
 @hookimpl
