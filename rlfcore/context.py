@@ -10,6 +10,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from rlfcore.stash import Stash
+
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
@@ -48,13 +50,16 @@ class SetupContext(_Settings):
     config has no section for it, ``None`` when it registers no schema); ``config`` is the whole run
     config, ``None`` outside a run. ``listing`` is true when the call only shows what the plugin
     provides (``rlf plugins list``): skip work that starts processes or loads data, answering what
-    is known without it.
+    is known without it. ``stash`` is the calling plugin's run-scoped store (every context has it:
+    the same store in every hook of a run; a fresh one outside a run).
     """
 
     plugin: str
     settings: BaseModel | None = None
     config: RunConfig | None = None
     listing: bool = False
+    runtime: Runtime | None = None
+    stash: Stash = field(default_factory=Stash)
 
 
 @dataclass
@@ -82,6 +87,7 @@ class TurnContext(_Settings):
     runtime: Runtime | None = None
     session: Any = None
     sessions: Mapping[str, OpenSession] = field(default_factory=dict)
+    stash: Stash = field(default_factory=Stash)
 
 
 @dataclass
@@ -97,6 +103,7 @@ class ScoreContext(_Settings):
     group: list[Sample] = field(default_factory=list)
     runtime: Runtime | None = None
     judge_endpoints: list[str] = field(default_factory=list)
+    stash: Stash = field(default_factory=Stash)
 
     async def in_process(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
         """``fn(*args, **kwargs)`` in one of the run's worker processes (``reward.processes``), for

@@ -16,6 +16,7 @@ import pluggy
 from rlfcore.context import SetupContext
 from rlfcore.hookcall import Check, call_first, call_impl
 from rlfcore.processes import ProcessPool
+from rlfcore.stash import Stash
 from rlfcore.types import Example, Tool, ToolCallParser
 
 if TYPE_CHECKING:
@@ -50,6 +51,7 @@ class Runtime:
         """Worker processes for CPU-heavy scorers (``ScoreContext.in_process``), started on first use."""
         self.judge_endpoints: list[str] = []
         """Judge servers the trainer runs for this process (verl's reward router), for ``ScoreContext``."""
+        self._stashes: dict[str, Stash] = {}
         self._ready = False
         self._closed = False
 
@@ -63,7 +65,7 @@ class Runtime:
         """Collect what each enabled plugin registers: parsers, tools, examples."""
         if self._ready:
             return
-        ctx = SetupContext(plugin="", config=self.config)  # rebound to each plugin by hookcall.bind
+        ctx = SetupContext(plugin="", config=self.config, runtime=self)  # rebound to each plugin by hookcall.bind
         for impl in self.plugins.impls("register_parsers"):
             found = await call_impl(self.plugins, "register_parsers", impl, ctx=ctx)
             for name, parser in (found or {}).items():
@@ -86,17 +88,25 @@ class Runtime:
         self._ready = True
 
     async def aclose(self) -> None:
-        """Call every plugin's ``shutdown`` once; a failing one is logged, the others still run."""
+        """Call every plugin's ``shutdown`` once (each with its stash), then drop the stashes; a failing
+        one is logged, the others still run."""
         if self._closed:
             return
         self._closed = True
-        ctx = SetupContext(plugin="", config=self.config)
+        ctx = SetupContext(plugin="", config=self.config, runtime=self)
         for impl in self.plugins.impls("shutdown"):
             try:
                 await call_impl(self.plugins, "shutdown", impl, ctx=ctx)
             except Exception:  # one plugin's cleanup must not keep the others' servers alive
                 log.exception("plugin '%s' failed to shut down", impl.plugin_name)
+        self._stashes.clear()
         self.processes.close()
+
+    def stash(self, plugin: str) -> Stash:
+        """``plugin``'s run-scoped store (``ctx.stash`` in its hooks), made on first use."""
+        if plugin not in self._stashes:
+            self._stashes[plugin] = Stash()
+        return self._stashes[plugin]
 
     async def __aenter__(self) -> Runtime:
         await self.setup()

@@ -74,7 +74,7 @@ def tool(
         _check_signature(f, tool_name)
         doc = inspect.getdoc(f) or ""
         takes_session = SESSION in inspect.signature(f).parameters
-        model_args = _without_session(f, tool_name) if takes_session else f
+        model_args = _without_session(f) if takes_session else f
         try:
             parameters = function_schema(model_args)
         except Exception as exc:  # pydantic raises several kinds; the message names the bad annotation
@@ -96,7 +96,7 @@ def tool(
     return build(fn) if fn is not None else build
 
 
-def _without_session(fn: Callable[..., Any], tool_name: str) -> Callable[..., dict[str, Any]]:
+def _without_session(fn: Callable[..., Any]) -> Callable[..., dict[str, Any]]:
     """A stand-in with ``fn``'s parameters but ``session``, answering with its validated arguments:
     the model's schema and the validation of its arguments come from it."""
     # The session's type may be imported for type checking only: resolve the other annotations alone.
@@ -115,7 +115,7 @@ def _without_session(fn: Callable[..., Any], tool_name: str) -> Callable[..., di
 
     arguments.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
     arguments.__annotations__ = {p.name: p.annotation for p in params if p.annotation is not p.empty}
-    arguments.__name__ = arguments.__qualname__ = tool_name
+    arguments.__name__ = arguments.__qualname__ = getattr(fn, "__name__", "tool")  # named in validation errors
     return arguments
 
 
