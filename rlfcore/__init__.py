@@ -5,6 +5,7 @@
 
 from rlfcore.context import ScoreContext, SetupContext, TurnContext
 from rlfcore.hookspecs import hookimpl
+from rlfcore.stash import Stash, StashKey
 from rlfcore.tools import tool
 from rlfcore.types import (
     Example,
@@ -25,6 +26,8 @@ __all__ = [
     "Score",
     "ScoreContext",
     "SetupContext",
+    "Stash",
+    "StashKey",
     "Tool",
     "ToolCall",
     "ToolResult",

@@ -7,7 +7,6 @@ Each dataset row names its database in ``extra.db`` (relative to ``nl2sql.db_roo
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,13 +15,14 @@ from pydantic import BaseModel
 from rlf_nl2sql.database import DatabaseUnavailable
 from rlf_nl2sql.settings import Locator, Settings, base_dir
 from rlf_nl2sql.tools import DatabaseSession, make_tools
-from rlf_nl2sql.verify import PoolKind, Verifier, VerifyOptions
+from rlf_nl2sql.verify import Verifier
 from rlfcore import (
     Example,
     Sample,
     Score,
     ScoreContext,
     SetupContext,
+    StashKey,
     Tool,
     TurnContext,
     Verification,
@@ -33,6 +33,8 @@ NAME = "nl2sql"
 """The entry-point name, which is also the config section's."""
 INFRASTRUCTURE_STAGES = ("gold", "database")
 """Verification failures that are the data's fault, not the model's: recorded as reward errors."""
+VERIFIER = StashKey[Verifier]("nl2sql verifier")
+"""The run's verifier (its pool and gold cache), shared by every sample, started by the first ``verify_tool``."""
 
 
 @hookimpl
@@ -68,7 +70,9 @@ async def verify_tool(sample: Sample, ctx: ScoreContext) -> Verification | None:
             details={"stage": "database", "format": 0.0},
             error="the sample names no database: set extra.db in its row or nl2sql.db in the config",
         )
-    verifier = _verifier(settings.verify_options(), settings.verify_workers, settings.verify_pool)
+    verifier = ctx.stash.start(
+        VERIFIER, lambda: Verifier(settings.verify_options(), settings.verify_workers or None, settings.verify_pool)
+    )
     return await verifier.verify_async(db, sample.ground_truth, sample.response)
 
 
@@ -106,7 +110,9 @@ def register_examples(ctx: SetupContext) -> list[Example]:
     ]
 
 
-@functools.lru_cache(maxsize=8)
-def _verifier(options: VerifyOptions, workers: int, pool: PoolKind) -> Verifier:
-    """One verifier (its pool and gold cache) per distinct configuration, shared by every sample of a run."""
-    return Verifier(options, workers or None, pool)
+@hookimpl
+def shutdown(ctx: SetupContext) -> None:
+    """Stop the run's verifier: its worker pool, and its cache of gold results."""
+    verifier = ctx.stash.pop(VERIFIER, None)
+    if verifier is not None:
+        verifier.close()

@@ -112,3 +112,28 @@ def test_the_connection_is_closed_when_the_trajectory_fails_or_is_cancelled(data
 
     asyncio.run(cancelled())
     assert len(sessions) == 2 and not sessions[1].is_open
+
+
+def test_the_runs_verifier_lives_in_the_stash_and_shutdown_stops_its_pool(databases):
+    from rlf_nl2sql.plugin import VERIFIER
+
+    from rlfcore.rewards import RewardPipeline
+
+    assert not hasattr(rlf_nl2sql.plugin, "_verifier")  # no cache that outlives the run
+    runtime = make_runtime({"plugins": ["nl2sql"], "nl2sql": {"verify_pool": "thread", "verify_workers": 2}})
+    gold = "SELECT COUNT(*) FROM Artist"
+    row = {"id": "c", "prompt": "How many artists?", "ground_truth": gold, "extra": {"db": str(databases["chinook"])}}
+    tok = ByteChatTokenizer()
+
+    async def main():
+        loop = Rollout(runtime, ScriptedEngine(tok, {"c": [f"```sql\n{gold}\n```"]}), tok)
+        out = await loop.run([normalize_row(row)], n=2)
+        await RewardPipeline(runtime).score(out)
+        verifier = runtime.stash("nl2sql")[VERIFIER]
+        pool = verifier._executor
+        await runtime.aclose()
+        return out, verifier, pool
+
+    out, verifier, pool = asyncio.run(main())
+    assert [t.reward for t in out] == [1.0, 1.0]
+    assert pool is not None and pool._shutdown and verifier._executor is None  # one pool for the run, stopped
