@@ -13,8 +13,8 @@ Nothing heavy is imported here: bm25s, numpy and httpx load when a search backen
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
@@ -26,6 +26,8 @@ from rlfcore import (
     Score,
     ScoreContext,
     SetupContext,
+    Stash,
+    StashKey,
     Tool,
     ToolCall,
     ToolResult,
@@ -34,26 +36,23 @@ from rlfcore import (
 )
 from rlfcore.tools import tool
 
+if TYPE_CHECKING:
+    pass
+
 
 @hookimpl
 def register_config_schema() -> type[BaseModel]:
     return Settings
 
 
-_TOOLS: dict[tuple[str, str], Tool] = {}
+SEARCHER = StashKey["RunSearcher"]("deepsearch searcher")
+"""The run's index (or retrieval client) and its batching threads: opened by ``register_tools``, closed by ``shutdown``."""
 
 
-def search_tool(settings: Settings, base: Path) -> Tool:
-    """The ``search`` tool for these settings; its backend is shared by every call in the process."""
-    key = (settings.model_dump_json(), str(base))
-    if key not in _TOOLS:
-        _TOOLS[key] = _make_search_tool(settings, base)
-    return _TOOLS[key]
-
-
-def _make_search_tool(settings: Settings, base: Path) -> Tool:
+def search_tool(settings: Settings, base: Path, stash: Stash) -> Tool:
+    """The ``search`` tool for these settings, searching with the searcher in ``stash`` (opened on first use)."""
     from rlf_deepsearch.formats import search_r1_passages
-    from rlf_deepsearch.search import format_passages, shared_searcher
+    from rlf_deepsearch.search import format_passages, open_searcher
 
     search_r1 = settings.format == "search-r1"
     layout = search_r1_passages if search_r1 else format_passages
@@ -65,12 +64,10 @@ def _make_search_tool(settings: Settings, base: Path) -> Tool:
         Args:
             query: What to look for: keywords, a name, or a question.
         """
-        passages = shared_searcher(settings, base).search(query, settings.topk)
-        return layout(passages, settings.max_chars)
+        searcher = stash.start(SEARCHER, lambda: open_searcher(settings, base))
+        return layout(searcher.search(query, settings.topk), settings.max_chars)
 
-    search.listed = (
-        not search_r1
-    )  # Search-R1 prompts describe the tags; a listed tool would add the Hermes instructions
+    search.listed = not search_r1  # Search-R1 prompts describe the tags; listed, the Hermes instructions would show
     return search
 
 
@@ -87,18 +84,19 @@ def register_tools(ctx: SetupContext) -> list[Tool]:
     if (
         ctx.config is not None and not ctx.listing
     ):  # a run: build or load the index now, not in the first call's timeout
-        from rlf_deepsearch.search import shared_searcher
+        from rlf_deepsearch.search import open_searcher
 
-        shared_searcher(settings, base_dir(ctx))
-    return [search_tool(settings, base_dir(ctx))]
+        ctx.stash.start(SEARCHER, lambda: open_searcher(settings, base_dir(ctx)))
+    return [search_tool(settings, base_dir(ctx), ctx.stash)]
 
 
 @hookimpl
 def shutdown(ctx: SetupContext) -> None:
-    """Leave the node's shared retrieval server, if this process used one (the last client stops it)."""
-    search = sys.modules.get("rlf_deepsearch.search")  # not imported: no search ran, nothing to leave
-    if search is not None:
-        search.release_node_servers()
+    """Stop the run's searcher: its batching threads, and its place on the node's retrieval server
+    (the last client stops that server)."""
+    searcher = ctx.stash.pop(SEARCHER, None)
+    if searcher is not None:
+        searcher.close()
 
 
 @hookimpl

@@ -4,11 +4,13 @@ unlisted (callable, left out of the prompt), the core's own executor runs it (th
 
 from __future__ import annotations
 
+import asyncio
 import copy
 
 import pytest
 from rlf_deepsearch import plugin
 from rlf_deepsearch.formats import INVALID_ACTION
+from rlf_deepsearch.search import RetrievalError
 from rlf_deepsearch.settings import Settings
 
 from rlfcore import ToolResult, TurnContext
@@ -55,3 +57,18 @@ def test_the_search_r1_observation_leaves_the_conversation_alone():
     ]
     assert plugin.build_observation([unreadable], ctx) == [continuation(INVALID_ACTION)]
     assert messages == before  # the loop, not the plugin, grows the assistant's turn
+
+
+def test_the_runs_searcher_lives_in_its_stash_and_shutdown_stops_it(tmp_path):
+    from rlf_deepsearch import search as search_module
+
+    assert not hasattr(plugin, "_TOOLS") and not hasattr(search_module, "_SHARED")  # no process-wide caches
+    runtime = make_runtime({"plugins": ["deepsearch"], "deepsearch": {"index_dir": str(tmp_path)}})
+    searcher = runtime.stash("deepsearch")[plugin.SEARCHER]
+    assert searcher.batcher.running == 1  # opened by register_tools, before the first call
+    [tool] = runtime.tools["deepsearch"].values()
+    assert "Mars" in tool.fn(query="red planet")
+    asyncio.run(runtime.aclose())
+    assert searcher.batcher.running == 0 and runtime._stashes == {}
+    with pytest.raises(RetrievalError, match="closed"):
+        searcher.search("red planet", 1)
