@@ -120,3 +120,41 @@ def test_a_context_outside_a_run_has_a_store_of_its_own():
     ctx = SetupContext(plugin="p")
     ctx.stash[POOL] = "x"
     assert SetupContext(plugin="p").stash.get(POOL, None) is None and ctx.stash[POOL] == "x"
+
+
+def test_the_tutorials_state_examples_run_a_session_per_trajectory_and_close_the_runs_client():
+    """docs/plugin-tutorial.md section 11, run: its two examples as one local plugin."""
+    import types
+
+    from test_docs import _code_blocks, _read
+
+    from rlfcore.rewards import RewardPipeline
+
+    section = _read("plugin-tutorial.md").split("## 11. State")[1]
+    module = types.ModuleType("tutorial_state")
+    for block in _code_blocks(section, "python"):
+        exec(block, module.__dict__)
+    module.register_tools = hookimpl(lambda: [module.note])
+    runtime = make_runtime({"plugins": ["tut"]}, {"tut": module})
+    tok = ByteChatTokenizer()
+    call = '<tool_call>\n{"name": "note", "arguments": {"text": "second"}}\n</tool_call>'
+    rows = [
+        normalize_row({"id": r, "prompt": "note", "extra": {"notes": [f"{r} first"]}}, i) for i, r in enumerate("ab")
+    ]
+
+    async def main():
+        out = await Rollout(runtime, ScriptedEngine(tok, {"a": [call, "done"], "b": [call, "done"]}), tok).run(
+            rows, n=1
+        )
+        await RewardPipeline(runtime).score(out)
+        client = runtime.stash("tut")[module.CLIENT]
+        open_before = not client.is_closed
+        await runtime.aclose()
+        return out, client, open_before
+
+    out, client, open_before = asyncio.run(main())
+    assert [[m["content"] for m in t.messages if m["role"] == "tool"] for t in out] == [
+        ["a first\nsecond"],
+        ["b first\nsecond"],
+    ]
+    assert open_before and client.is_closed
