@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from rlfcore.context import ScoreContext, SetupContext, TurnContext
 from rlfcore.hookspecs import hookimpl
 from rlfcore.paths import config_dir, config_path, resolve_path
+from rlfcore.stash import Stash, StashKey
 from rlfcore.surrogates import first_lone
 from rlfcore.tools import tool
 from rlfcore.types import (
@@ -44,6 +45,8 @@ __all__ = [
     "Score",
     "ScoreContext",
     "SetupContext",
+    "Stash",
+    "StashKey",
     "Tool",
     "ToolCall",
     "ToolResult",

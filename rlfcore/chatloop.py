@@ -15,7 +15,6 @@ import zlib
 from typing import Any
 
 from rlfcore.context import TurnContext
-from rlfcore.data import Row
 from rlfcore.engines.base import SamplingParams
 from rlfcore.engines.chat import ChatEngine, ChatReply
 from rlfcore.loop import Rollout, Trajectory, _assistant_message
@@ -37,22 +36,9 @@ class ChatRollout(Rollout):
         self._gate = None
         self.reasoning = False
 
-    async def _turns(self, traj: Trajectory, row: Row) -> bool:
-        tools = self.runtime.tools_for(traj.env)
-        schemas = [t.schema() for t in tools.values()]
+    async def _turns(self, traj: Trajectory, ctx: TurnContext) -> bool:
+        schemas = [t.schema() for t in ctx.tools.values() if t.listed]
         api = self.chat_engine.prompt(traj.messages, schemas)
-        ctx = TurnContext(
-            sample_id=traj.id,
-            env=traj.env,
-            turn=0,
-            messages=traj.messages,
-            tools=tools,
-            parser=self.cfg.parser,
-            settings=self.runtime.settings(traj.env),
-            config=self.runtime.config,
-            row=row.raw,
-            runtime=self.runtime,
-        )
         generated = 0
         for turn in range(self.cfg.max_turns):
             ctx.turn = turn

@@ -121,6 +121,9 @@ class ToolsConfig(_Section):
         4096, ge=1, description="Results the cache keeps, each as the model saw it; the least recently used go first."
     )
     max_output_chars: int = Field(4000, gt=0, description="Longer results are cut, with a note saying so.")
+    session_timeout_s: float = Field(
+        30.0, gt=0, description="Time limit of opening, and of releasing, one plugin's session of a trajectory."
+    )
 
 
 class EngineConfig(_Section):

@@ -29,15 +29,22 @@ import traceback
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jsonschema
 
 from rlfcore.config import ToolsConfig
 from rlfcore.surrogates import replaced
+from rlfcore.tools import SESSION
 from rlfcore.types import Tool, ToolCall, ToolErrorKind, ToolResult, TransientToolError
 
+if TYPE_CHECKING:
+    from rlfcore.sessions import OpenSession
+
 log = logging.getLogger(__name__)
+
+_CacheKey = tuple[str | None, str, str, str]
+"""(plugin, tool, session key, canonical arguments)."""
 
 LATENCY_WINDOW = 10_000
 """Latency percentiles are over each tool's most recent calls, so memory stays flat in long runs."""
@@ -116,19 +123,25 @@ class ToolExecutor:
         # Made once: a run has one event loop (rlfcore.runloop), which they bind to on first wait.
         self._global = asyncio.Semaphore(self.config.max_concurrency)
         self._per_tool: dict[tuple[str | None, str], asyncio.Semaphore] = {}
-        self._cache: OrderedDict[tuple[str | None, str, str], _Outcome] = OrderedDict()
-        self._in_flight: dict[tuple[str | None, str, str], asyncio.Task[_Outcome]] = {}
+        self._cache: OrderedDict[_CacheKey, _Outcome] = OrderedDict()
+        self._in_flight: dict[_CacheKey, asyncio.Task[_Outcome]] = {}
         self.overrunning = 0
         """Calls answered with a timeout whose thread or task still runs (and holds its slots)."""
 
-    async def run(self, calls: list[ToolCall], tools: Mapping[str, Tool]) -> list[ToolResult]:
-        """One result per call, in order; the calls run concurrently."""
-        return list(await asyncio.gather(*(self.run_one(call, tools) for call in calls)))
+    async def run(
+        self, calls: list[ToolCall], tools: Mapping[str, Tool], sessions: Mapping[str, OpenSession] | None = None
+    ) -> list[ToolResult]:
+        """One result per call, in order; the calls run concurrently. ``sessions`` (by plugin) are the
+        calling trajectory's, handed to the tools that take one (``ctx.sessions`` in a hook)."""
+        return list(await asyncio.gather(*(self.run_one(call, tools, sessions) for call in calls)))
 
-    async def run_one(self, call: ToolCall, tools: Mapping[str, Tool]) -> ToolResult:
+    async def run_one(
+        self, call: ToolCall, tools: Mapping[str, Tool], sessions: Mapping[str, OpenSession] | None = None
+    ) -> ToolResult:
         """The result of one call; failures come back as results with ``error`` set."""
         start = time.perf_counter()
         tool = tools.get(call.name) if call.error is None else None
+        session = (sessions or {}).get(tool.plugin or "") if tool is not None and tool.takes_session else None
         cached = False
         try:
             if call.error is not None:
@@ -138,10 +151,14 @@ class ToolExecutor:
                 outcome = _Outcome(f"Error: unknown tool {call.name!r}; available tools: {available}", "unknown_tool")
             elif (problem := _schema_problem(tool, call.arguments)) is not None:
                 outcome = _Outcome(f"Error: invalid arguments for tool {tool.name!r}: {problem}", "schema")
-            elif self.config.cache:
-                outcome, cached = await self._cached(tool, call.arguments)
             else:
-                outcome = await self._attempts(tool, call.arguments)
+                arguments = call.arguments
+                if tool.takes_session:  # None without one (its plugin opened none, or no trajectory calls)
+                    arguments = {**arguments, SESSION: session.value if session is not None else None}
+                if self.config.cache:
+                    outcome, cached = await self._cached(tool, arguments, session.key if session is not None else "")
+                else:
+                    outcome = await self._attempts(tool, arguments)
         except Exception as exc:  # a bug here or an unusable tool schema must still answer the model
             log.debug("tool call %r failed inside the executor", call.name, exc_info=True)
             outcome = _Outcome(
@@ -162,11 +179,13 @@ class ToolExecutor:
 
     # --- one call ----------------------------------------------------------------------------------
 
-    async def _cached(self, tool: Tool, arguments: dict[str, Any]) -> tuple[_Outcome, bool]:
-        """Identical calls share one run, also while it is in flight. Successes are kept as the model
-        saw them (cut), the least recently used dropped past ``tools.cache_size``; failures are not kept."""
-        canonical = json.dumps(arguments, sort_keys=True, ensure_ascii=True, separators=(",", ":"))
-        key = (tool.plugin, tool.name, canonical)
+    async def _cached(self, tool: Tool, arguments: dict[str, Any], session: str) -> tuple[_Outcome, bool]:
+        """Identical calls (in one session, for a tool that takes one) share one run, also while it is
+        in flight. Successes are kept as the model saw them (cut), the least recently used dropped past
+        ``tools.cache_size``; failures are not kept."""
+        model_args = {k: v for k, v in arguments.items() if k != SESSION} if tool.takes_session else arguments
+        canonical = json.dumps(model_args, sort_keys=True, ensure_ascii=True, separators=(",", ":"))
+        key = (tool.plugin, tool.name, session, canonical)
         if key in self._cache:
             self._cache.move_to_end(key)
             return self._cache[key], True

@@ -7,7 +7,8 @@ implementation: await it, and only then decide whether a *first result* hook has
 
 The binding rule: a caller passes every argument of the spec by keyword; an implementation receives
 the subset it names (pluggy's rule); a ``ctx`` reaches it rebound to the implementing plugin (a
-``SetupContext``'s ``plugin``) and that plugin's settings. The sync rule: an implementation of a hook
+``SetupContext``'s ``plugin``), that plugin's settings and run-scoped stash and, on a
+``TurnContext``, its session. The sync rule: an implementation of a hook
 whose spec says ``may_be_async=False`` that answers with an awaitable is a :class:`HookCallError`.
 """
 
@@ -64,20 +65,35 @@ def _settings(manager: PluginManager, plugin: str, config: Any) -> Any:
 
 
 def bind(manager: PluginManager, plugin: str, kwargs: dict[str, Any]) -> dict[str, Any]:
-    """``kwargs`` with ``ctx`` rebound to ``plugin``: its name on a setup context, its settings on any."""
+    """``kwargs`` with ``ctx`` rebound to ``plugin``: its name on a setup context, its settings and
+    stash on any, its trajectory session on a turn context."""
     ctx = kwargs.get("ctx")
+    runtime = getattr(ctx, "runtime", None)
     if isinstance(ctx, SetupContext):
-        if ctx.plugin == plugin and ctx.settings is not None:
+        stash = runtime.stash(plugin) if runtime is not None else ctx.stash
+        if ctx.plugin == plugin and ctx.settings is not None and ctx.stash is stash:
             return kwargs
         return {
             **kwargs,
-            "ctx": dataclasses.replace(ctx, plugin=plugin, settings=_settings(manager, plugin, ctx.config)),
+            "ctx": dataclasses.replace(
+                ctx, plugin=plugin, settings=_settings(manager, plugin, ctx.config), stash=stash
+            ),
         }
-    runtime = getattr(ctx, "runtime", None)
     if ctx is not None and runtime is not None:
+        changes: dict[str, Any] = {}
         own = runtime.config.settings(plugin)
         if own is not ctx.settings:
-            return {**kwargs, "ctx": dataclasses.replace(ctx, settings=own)}
+            changes["settings"] = own
+        if ctx.stash is not runtime.stash(plugin):
+            changes["stash"] = runtime.stash(plugin)
+        sessions = getattr(ctx, "sessions", None)
+        if sessions is not None:
+            opened = sessions.get(plugin)
+            session = opened.value if opened is not None else None
+            if session is not ctx.session:
+                changes["session"] = session
+        if changes:
+            return {**kwargs, "ctx": dataclasses.replace(ctx, **changes)}
     return kwargs
 
 

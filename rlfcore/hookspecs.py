@@ -17,7 +17,7 @@ that implements it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -136,6 +136,24 @@ def shutdown(ctx: SetupContext) -> None:
     Called once per plugin with a registration hook's context when the run's runtime closes, after
     the last rollout and score, and also when the run fails or is interrupted. Collect-all; may be
     async; an exception is logged and never stops the other plugins' shutdown.
+    """
+
+
+# --- Rollout: called once per trajectory, then on every turn --------------------------------------
+
+
+@spec(may_be_async=True)
+def open_session(row: Mapping[str, Any], ctx: TurnContext) -> Any:
+    """Open this plugin's state for one trajectory from its dataset row: a database, a sandbox, a browser.
+
+    Called before the trajectory's first turn on each plugin of its environment (collect-all), with
+    the raw ``row`` (its ``extra`` holds what verl calls ``create_kwargs``). What it returns (``None``:
+    no session) reaches every later hook of that trajectory as ``ctx.session`` and this plugin's
+    tools as their ``session`` argument; its ``aclose()`` or ``close()``, if any, is called when the
+    trajectory ends, fails or is cancelled. A ``cache_key`` attribute on it tells the executor's
+    result cache which sessions give the same results. Opening and closing each get
+    ``tools.session_timeout_s``; a failure is that trajectory's error, never the step's. May be
+    async (a plain ``def`` runs in a worker thread).
     """
 
 

@@ -27,6 +27,7 @@ from rlfcore.data import Row
 from rlfcore.engines.base import Engine, SamplingParams
 from rlfcore.runtime import Runtime
 from rlfcore.sequences import REASONING_DROPPED, RolloutTokens, SequenceBuilder, differs_in_reasoning_only
+from rlfcore.sessions import TrajectorySessions
 from rlfcore.types import Message, ToolCall, ToolResult
 
 StopReason = Literal[
@@ -67,6 +68,8 @@ class Trajectory:
     """Where a failing reward hook raised (``rlf eval --debug`` shows it); the reason is ``reward_error``."""
     turn_rewards: list[float] | None = None
     """One reward per assistant turn when ``compute_score`` returned a list; their sum is ``score``."""
+    session_error: str | None = None
+    """Why a plugin's session of this trajectory failed to release; the trajectory itself stands."""
 
     @property
     def response(self) -> str:
@@ -137,20 +140,38 @@ class Rollout:
         traj = Trajectory(
             id=traj_id, row_id=row.id, env=env, messages=messages, ground_truth=row.ground_truth, extra=row.extra
         )
+        ctx = TurnContext(
+            sample_id=traj.id,
+            env=traj.env,
+            turn=0,
+            messages=traj.messages,
+            tools=self.runtime.callable_tools(traj.env),
+            parser=self.cfg.parser,
+            settings=self.runtime.settings(traj.env),
+            config=self.runtime.config,
+            row=row.raw,
+            runtime=self.runtime,
+        )
+        sessions = TrajectorySessions(self.runtime, self.runtime.config.tools.session_timeout_s)
         try:
-            continued = await self._turns(traj, row)
+            await sessions.open(ctx)
+            ctx.sessions = sessions.opened
+            continued = await self._turns(traj, ctx)
             # Raw continuations are encoded piece by piece, not as a rendering of the messages.
             if self.cfg.check_template and traj.response_ids and not continued:
                 traj.template_mismatch = self.check_template(traj)
         except Exception as exc:  # an engine or plugin failure ends this trajectory only
             traj.stop_reason = "error"
             traj.error = f"{type(exc).__name__}: {exc}"
+        finally:  # ended, failed or cancelled: the sessions go
+            problems = await sessions.close()
+            if problems:
+                traj.session_error = "; ".join(problems)
         return traj
 
-    async def _turns(self, traj: Trajectory, row: Row) -> bool:
+    async def _turns(self, traj: Trajectory, ctx: TurnContext) -> bool:
         """The turns of one trajectory; True when an observation continued the assistant's turn."""
-        tools = self.runtime.tools_for(traj.env)
-        schemas = [t.schema() for t in tools.values()]
+        schemas = [t.schema() for t in ctx.tools.values() if t.listed]
         traj.prompt_ids = self.seq.prompt_ids(traj.messages, schemas)
         if len(traj.prompt_ids) >= self.cfg.max_total_tokens:
             traj.stop_reason, traj.truncated = "max_total_tokens", True
@@ -159,18 +180,6 @@ class Rollout:
             )
             return False
         eos = set(self.tok.eos_token_ids)
-        ctx = TurnContext(
-            sample_id=traj.id,
-            env=traj.env,
-            turn=0,
-            messages=traj.messages,
-            tools=tools,
-            parser=self.cfg.parser,
-            settings=self.runtime.settings(traj.env),
-            config=self.runtime.config,
-            row=row.raw,
-            runtime=self.runtime,
-        )
         inline: str | None = None
         """The assistant turn's text so far while observations continue it, else None."""
         continued = False

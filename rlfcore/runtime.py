@@ -18,6 +18,7 @@ from rlfcore.context import SetupContext
 from rlfcore.hookcall import Check, call_first, call_impl
 from rlfcore.processes import ProcessPool
 from rlfcore.runloop import RunLoop
+from rlfcore.stash import Stash
 from rlfcore.types import Example, Tool, ToolCallParser
 
 if TYPE_CHECKING:
@@ -45,6 +46,9 @@ class Runtime:
         self.plugins = plugins
         self.parsers: dict[str, ToolCallParser] = {}
         self.tools: dict[str, dict[str, Tool]] = {}
+        """Per plugin, the tools listed in the prompt."""
+        self.unlisted_tools: dict[str, dict[str, Tool]] = {}
+        """Per plugin, the tools the model calls in a format of its own (``Tool.listed`` false)."""
         self.examples: dict[str, list[Example]] = {}
         self.engines: dict[str, Callable[..., Engine]] = {}
         self.processes = ProcessPool(config.reward.processes)
@@ -54,6 +58,7 @@ class Runtime:
         self.loop = RunLoop()
         """The run's one event loop, for synchronous callers (:meth:`open`, :meth:`run`, :meth:`close`)."""
         self._setup_loop: asyncio.AbstractEventLoop | None = None
+        self._stashes: dict[str, Stash] = {}
         self._ready = False
         self._closed = False
 
@@ -100,7 +105,7 @@ class Runtime:
         if self._ready:
             return
         self._setup_loop = asyncio.get_running_loop()
-        ctx = SetupContext(plugin="", config=self.config)  # rebound to each plugin by hookcall.bind
+        ctx = SetupContext(plugin="", config=self.config, runtime=self)  # rebound to each plugin by hookcall.bind
         for impl in self.plugins.impls("register_parsers"):
             found = await call_impl(self.plugins, "register_parsers", impl, ctx=ctx)
             for name, parser in (found or {}).items():
@@ -108,11 +113,12 @@ class Runtime:
         for impl in self.plugins.impls("register_tools"):
             found = await call_impl(self.plugins, "register_tools", impl, ctx=ctx)
             tools = self.tools.setdefault(impl.plugin_name, {})
+            unlisted = self.unlisted_tools.setdefault(impl.plugin_name, {})
             for tool in found or []:
-                if tool.name in tools:
+                if tool.name in tools or tool.name in unlisted:
                     raise ValueError(f"plugin '{impl.plugin_name}' registers two tools named '{tool.name}'")
                 tool.plugin = impl.plugin_name
-                tools[tool.name] = tool
+                (tools if tool.listed else unlisted)[tool.name] = tool
         for impl in self.plugins.impls("register_engines"):
             self.engines.update(await call_impl(self.plugins, "register_engines", impl, ctx=ctx) or {})
         for impl in self.plugins.impls("register_examples"):
@@ -122,17 +128,25 @@ class Runtime:
         self._ready = True
 
     async def aclose(self) -> None:
-        """Call every plugin's ``shutdown`` once; a failing one is logged, the others still run."""
+        """Call every plugin's ``shutdown`` once (each with its stash), then drop the stashes; a failing
+        one is logged, the others still run."""
         if self._closed:
             return
         self._closed = True
-        ctx = SetupContext(plugin="", config=self.config)
+        ctx = SetupContext(plugin="", config=self.config, runtime=self)
         for impl in self.plugins.impls("shutdown"):
             try:
                 await call_impl(self.plugins, "shutdown", impl, ctx=ctx)
             except Exception:  # one plugin's cleanup must not keep the others' servers alive
                 log.exception("plugin '%s' failed to shut down", impl.plugin_name)
+        self._stashes.clear()
         self.processes.close()
+
+    def stash(self, plugin: str) -> Stash:
+        """``plugin``'s run-scoped store (``ctx.stash`` in its hooks), made on first use."""
+        if plugin not in self._stashes:
+            self._stashes[plugin] = Stash()
+        return self._stashes[plugin]
 
     async def __aenter__(self) -> Runtime:
         await self.setup()
@@ -166,10 +180,18 @@ class Runtime:
         return self.environments.get(env, []) if env is not None else []
 
     def tools_for(self, env: str | None) -> dict[str, Tool]:
-        """The tools a sample of ``env`` may call: those of the environment's plugins."""
+        """The tools a sample of ``env`` is told about: the listed ones of the environment's plugins."""
         out: dict[str, Tool] = {}
         for plugin in self.env_plugins(env):
             out.update(self.tools.get(plugin, {}))
+        return out
+
+    def callable_tools(self, env: str | None) -> dict[str, Tool]:
+        """The tools a sample of ``env`` may call: the listed ones and those called in a format of their own."""
+        out: dict[str, Tool] = {}
+        for plugin in self.env_plugins(env):
+            out.update(self.tools.get(plugin, {}))
+            out.update(self.unlisted_tools.get(plugin, {}))
         return out
 
     def impls(self, hook: str, env: str | None) -> list[pluggy.HookImpl]:

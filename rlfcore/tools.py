@@ -10,6 +10,8 @@ from __future__ import annotations
 import inspect
 import json
 import re
+import types
+import typing
 from collections.abc import Callable
 from typing import Any, cast, overload
 
@@ -17,6 +19,8 @@ from pydantic import TypeAdapter, validate_call
 
 from rlfcore.types import Tool
 
+SESSION = "session"
+"""The parameter through which a tool receives its trajectory's session."""
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _ARGS_HEADERS = ("args:", "arguments:", "parameters:", "params:")
 _LITERAL_KEYS = ("default", "const", "enum", "examples")
@@ -59,6 +63,8 @@ def tool(
     The parameters' schema comes from the type hints (parameters without a default are required);
     the description is the docstring's first paragraph, and a Google-style ``Args:`` section gives
     each parameter's description. Arguments are validated into the annotated types on each call.
+    A parameter named ``session`` is not the model's: it receives the calling trajectory's session
+    (what the plugin's ``open_session`` hook opened), and the schema leaves it out.
     """
 
     def build(f: Callable[..., Any]) -> Tool:
@@ -67,8 +73,10 @@ def tool(
             raise ValueError(f"tool name {tool_name!r} must be 1-64 letters, digits, '_' or '-'")
         _check_signature(f, tool_name)
         doc = inspect.getdoc(f) or ""
+        takes_session = SESSION in inspect.signature(f).parameters
+        model_args = _without_session(f) if takes_session else f
         try:
-            parameters = function_schema(f)
+            parameters = function_schema(model_args)
         except Exception as exc:  # pydantic raises several kinds; the message names the bad annotation
             raise TypeError(f"tool {tool_name!r}: cannot derive a JSON schema from its signature: {exc}") from exc
         for arg, text in _arg_docs(doc).items():
@@ -79,12 +87,51 @@ def tool(
             name=tool_name,
             description=description if description is not None else _first_paragraph(doc),
             parameters=parameters,
-            fn=validate_call(f),
+            fn=_with_session(f, validate_call(model_args)) if takes_session else validate_call(f),
             timeout_s=timeout_s,
             max_concurrency=max_concurrency,
+            takes_session=takes_session,
         )
 
     return build(fn) if fn is not None else build
+
+
+def _without_session(fn: Callable[..., Any]) -> Callable[..., dict[str, Any]]:
+    """A stand-in with ``fn``'s parameters but ``session``, answering with its validated arguments:
+    the model's schema and the validation of its arguments come from it."""
+    # The session's type may be imported for type checking only: resolve the other annotations alone.
+    own = {k: v for k, v in getattr(fn, "__annotations__", {}).items() if k not in (SESSION, "return")}
+    hints = typing.get_type_hints(
+        types.SimpleNamespace(__annotations__=own), globalns=getattr(fn, "__globals__", None), include_extras=True
+    )
+    params = [
+        p.replace(kind=p.KEYWORD_ONLY, annotation=hints.get(p.name, p.annotation))
+        for p in inspect.signature(fn).parameters.values()
+        if p.name != SESSION and p.kind is not p.VAR_KEYWORD
+    ]
+
+    def arguments(**kwargs: Any) -> dict[str, Any]:
+        return kwargs
+
+    arguments.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    arguments.__annotations__ = {p.name: p.annotation for p in params if p.annotation is not p.empty}
+    arguments.__name__ = arguments.__qualname__ = getattr(fn, "__name__", "tool")  # named in validation errors
+    return arguments
+
+
+def _with_session(fn: Callable[..., Any], validated: Callable[..., dict[str, Any]]) -> Callable[..., Any]:
+    """``fn`` called with the session and the model's arguments validated without it; async if ``fn`` is."""
+    if inspect.iscoroutinefunction(fn):
+
+        async def call_async(*, session: Any, **arguments: Any) -> Any:
+            return await fn(session=session, **validated(**arguments))
+
+        return call_async
+
+    def call(*, session: Any, **arguments: Any) -> Any:
+        return fn(session=session, **validated(**arguments))
+
+    return call
 
 
 def function_schema(fn: Callable[..., Any]) -> dict[str, Any]:

@@ -52,7 +52,9 @@ class Tool:
 
     ``fn`` takes the arguments as keywords and may be sync or async; it returns a string (or anything
     ``str()``-able, dicts and lists are rendered as JSON). Raise :class:`TransientToolError` for errors
-    worth a retry.
+    worth a retry. With ``takes_session`` it also gets ``session=``: what its plugin's
+    ``open_session`` opened for the calling trajectory, ``None`` when there is none (``@tool`` sets
+    it for a function with a ``session`` parameter, which the model never sees).
     """
 
     name: str
@@ -62,6 +64,10 @@ class Tool:
     timeout_s: float | None = None
     max_concurrency: int | None = None
     plugin: str | None = None
+    takes_session: bool = False
+    listed: bool = True
+    """False: callable, but left out of the prompt's tool list, for a format whose prompt describes
+    its own call syntax (Search-R1's ``<search>`` tags, read by the plugin's ``parse_tool_calls``)."""
 
     @property
     def is_async(self) -> bool:

@@ -15,4 +15,4 @@ from rlfcore.types import ToolCall, ToolResult
 async def invoke_tools(calls: list[ToolCall], ctx: TurnContext) -> list[ToolResult]:
     if ctx.runtime is None:
         raise RuntimeError("the built-in invoke_tools needs ctx.runtime (it holds the run's ToolExecutor)")
-    return await ctx.runtime.executor.run(calls, ctx.tools)
+    return await ctx.runtime.executor.run(calls, ctx.tools, ctx.sessions)

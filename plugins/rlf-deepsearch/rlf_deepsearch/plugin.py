@@ -3,18 +3,18 @@
 Enable it with ``plugins: [deepsearch]``; settings live under ``deepsearch:`` (see
 :class:`~rlf_deepsearch.settings.Settings`). With ``format: hermes`` the model calls a ``search``
 tool in the Hermes format and the core's defaults parse and observe. With ``format: search-r1`` this
-plugin reads Search-R1's ``<search>`` tags, runs the search through the core's executor and appends
-the ``<information>`` block as raw text inside the assistant's turn, as Search-R1 does, so Search-R1
-data, prompts and checkpoints run unchanged; the tool is then not listed in the prompt, as Search-R1
-prompts describe the tags themselves.
+plugin reads Search-R1's ``<search>`` tags as calls of the same tool, which the core's executor runs,
+and appends the ``<information>`` block as raw text inside the assistant's turn, as Search-R1 does,
+so Search-R1 data, prompts and checkpoints run unchanged; the tool is then unlisted
+(``Tool.listed``): callable, but not in the prompt, as Search-R1 prompts describe the tags themselves.
 
 Nothing heavy is imported here: bm25s, numpy and httpx load when a search backend is first built.
 """
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
@@ -26,6 +26,8 @@ from rlfcore import (
     Score,
     ScoreContext,
     SetupContext,
+    Stash,
+    StashKey,
     Tool,
     ToolCall,
     ToolResult,
@@ -34,28 +36,26 @@ from rlfcore import (
     tool,
 )
 
+if TYPE_CHECKING:
+    pass
+
 
 @hookimpl
 def register_config_schema() -> type[BaseModel]:
     return Settings
 
 
-_TOOLS: dict[tuple[str, str], Tool] = {}
+SEARCHER = StashKey["RunSearcher"]("deepsearch searcher")
+"""The run's index (or retrieval client) and its batching threads: opened by ``register_tools``, closed by ``shutdown``."""
 
 
-def search_tool(settings: Settings, base: Path) -> Tool:
-    """The ``search`` tool for these settings; its backend is shared by every call in the process."""
-    key = (settings.model_dump_json(), str(base))
-    if key not in _TOOLS:
-        _TOOLS[key] = _make_search_tool(settings, base)
-    return _TOOLS[key]
-
-
-def _make_search_tool(settings: Settings, base: Path) -> Tool:
+def search_tool(settings: Settings, base: Path, stash: Stash) -> Tool:
+    """The ``search`` tool for these settings, searching with the searcher in ``stash`` (opened on first use)."""
     from rlf_deepsearch.formats import search_r1_passages
-    from rlf_deepsearch.search import format_passages, shared_searcher
+    from rlf_deepsearch.search import format_passages, open_searcher
 
-    layout = search_r1_passages if settings.format == "search-r1" else format_passages
+    search_r1 = settings.format == "search-r1"
+    layout = search_r1_passages if search_r1 else format_passages
 
     @tool(name="search")
     def search(query: str) -> str:
@@ -64,10 +64,10 @@ def _make_search_tool(settings: Settings, base: Path) -> Tool:
         Args:
             query: What to look for: keywords, a name, or a question.
         """
-        passages = shared_searcher(settings, base).search(query, settings.topk)
-        return layout(passages, settings.max_chars)
+        searcher = stash.start(SEARCHER, lambda: open_searcher(settings, base))
+        return layout(searcher.search(query, settings.topk), settings.max_chars)
 
-    search.plugin = "deepsearch"
+    search.listed = not search_r1  # Search-R1 prompts describe the tags; listed, the Hermes instructions would show
     return search
 
 
@@ -84,20 +84,19 @@ def register_tools(ctx: SetupContext) -> list[Tool]:
     if (
         ctx.config is not None and not ctx.listing
     ):  # a run: build or load the index now, not in the first call's timeout
-        from rlf_deepsearch.search import shared_searcher
+        from rlf_deepsearch.search import open_searcher
 
-        shared_searcher(settings, base_dir(ctx))
-    if settings.format == "search-r1":
-        return []  # Search-R1 prompts describe the tags; a listed tool would add the Hermes instructions
-    return [search_tool(settings, base_dir(ctx))]
+        ctx.stash.start(SEARCHER, lambda: open_searcher(settings, base_dir(ctx)))
+    return [search_tool(settings, base_dir(ctx), ctx.stash)]
 
 
 @hookimpl
 def shutdown(ctx: SetupContext) -> None:
-    """Leave the node's shared retrieval server, if this process used one (the last client stops it)."""
-    search = sys.modules.get("rlf_deepsearch.search")  # not imported: no search ran, nothing to leave
-    if search is not None:
-        search.release_node_servers()
+    """Stop the run's searcher: its batching threads, and its place on the node's retrieval server
+    (the last client stops that server)."""
+    searcher = ctx.stash.pop(SEARCHER, None)
+    if searcher is not None:
+        searcher.close()
 
 
 @hookimpl
@@ -105,17 +104,6 @@ def parse_tool_calls(text: str, ctx: TurnContext) -> list[ToolCall] | None:
     if settings_of(ctx).format != "search-r1":
         return None
     return parse_search_r1(text)
-
-
-@hookimpl
-async def invoke_tools(calls: list[ToolCall], ctx: TurnContext) -> list[ToolResult] | None:
-    settings = settings_of(ctx)
-    if settings.format != "search-r1":
-        return None
-    if ctx.runtime is None:
-        raise RuntimeError("deepsearch's search-r1 format runs searches through ctx.runtime's executor, which is unset")
-    search = search_tool(settings, base_dir(ctx))
-    return await ctx.runtime.executor.run(calls, {search.name: search})
 
 
 @hookimpl

@@ -107,14 +107,28 @@ class Batcher:
     def __init__(self, searcher: Searcher, batch_size: int = 64, workers: int = 1):
         self.searcher = searcher
         self.batch_size = batch_size
-        self._queue: queue.SimpleQueue[_Pending] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[_Pending | None] = queue.SimpleQueue()  # None: a worker stops
         self._held: _Pending | None = None  # taken from the queue but too big for the batch being filled
         self._take = threading.Lock()
         self._workers = [
             threading.Thread(target=self._work, daemon=True, name="deepsearch-batcher") for _ in range(workers)
         ]
+        self._closed = False
         for w in self._workers:
             w.start()
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Stop the worker threads once the batches they run end; later searches fail."""
+        self._closed = True
+        for _ in self._workers:
+            self._queue.put(None)
+        for w in self._workers:
+            w.join(timeout_s)
+
+    @property
+    def running(self) -> int:
+        """How many of its worker threads still run."""
+        return sum(w.is_alive() for w in self._workers)
 
     def search(self, query: str, topk: int) -> list[Passage]:
         """One query's passages, searched in a batch with whatever else is waiting."""
@@ -124,6 +138,8 @@ class Batcher:
         """Each query's passages; the queries stay together in one batch."""
         if not queries:
             return []
+        if self._closed:
+            raise RetrievalError("the searcher is closed (its run has ended)")
         item = _Pending(list(queries), topk)
         self._queue.put(item)
         item.done.wait()
@@ -135,12 +151,18 @@ class Batcher:
     def _next_batch(self) -> list[_Pending]:
         with self._take:  # one worker fills its batch at a time, so a held request is not lost
             first, self._held = self._held, None
-            batch = [first if first is not None else self._queue.get()]
-            size = len(batch[0].queries)
+            head = first if first is not None else self._queue.get()
+            if head is None:
+                return []
+            batch = [head]
+            size = len(head.queries)
             while size < self.batch_size:
                 try:
                     item = self._queue.get_nowait()
                 except queue.Empty:
+                    break
+                if item is None:  # a stop for whichever worker asks next
+                    self._queue.put(None)
                     break
                 if size + len(item.queries) > self.batch_size:
                     self._held = item
@@ -152,6 +174,8 @@ class Batcher:
     def _work(self) -> None:
         while True:
             batch = self._next_batch()
+            if not batch:
+                return
             try:
                 k = max(item.topk for item in batch)
                 results = self.searcher.search([q for item in batch for q in item.queries], k)
@@ -229,55 +253,63 @@ def open_local(
     return HybridIndex(BM25Index.open(corpus, cache_dir, params), dense)
 
 
-_SHARED: dict[tuple[Any, ...], Batcher] = {}
-_LOCK = threading.Lock()
+class RunSearcher:
+    """The searcher of one run: its backend behind a :class:`Batcher`, and the node server it attached
+    to, if any. The plugin keeps it in its run-scoped stash; :meth:`close` (its ``shutdown``) stops the
+    batcher's threads and leaves the node server (the last client stops it)."""
+
+    def __init__(self, batcher: Batcher, node_server: tuple[list[str], Path] | None = None):
+        self.batcher = batcher
+        self.node_server = node_server
+
+    @property
+    def searcher(self) -> Searcher:
+        return self.batcher.searcher
+
+    def search(self, query: str, topk: int) -> list[Passage]:
+        return self.batcher.search(query, topk)
+
+    def close(self) -> None:
+        self.batcher.close()
+        if self.node_server is not None:
+            from rlf_deepsearch.node_server import detach
+
+            detach(*self.node_server)
+            self.node_server = None
 
 
-def shared_searcher(settings: Settings, base: Path) -> Batcher:
-    """The process's searcher for these settings: an index is built or loaded once and shared by every
-    trajectory (and every run in the process)."""
+def open_searcher(settings: Settings, base: Path) -> RunSearcher:
+    """The searcher these settings describe: an index built or loaded (from ``index_dir``), a
+    retrieval server's client, or a client of the node's shared server, started if none runs."""
     from rlf_deepsearch.index import IndexParams
 
     corpus = resolve(settings.corpus, base) if settings.corpus else DEMO_CORPUS
     index_dir = resolve(settings.index_dir, base) if settings.index_dir else None
     params = IndexParams(k1=settings.k1, b=settings.b, stemmer=settings.stemmer)
     encoder = encoder_name(settings.encoder, base) if settings.retriever != "bm25" else None
-    key = (
-        (settings.retriever_url, settings.timeout_s)
-        if settings.retriever_url
-        else (corpus, index_dir, params, settings.retriever, encoder, settings.index_kind)
-    )
-    key += (settings.batch_size, share_of(settings))
-    with _LOCK:
-        if key not in _SHARED:
-            if settings.retriever_url:
-                searcher: Searcher = RemoteSearcher(settings.retriever_url, settings.timeout_s)
-                _SHARED[key] = Batcher(searcher, settings.batch_size, workers=4)
-            elif share_of(settings) == "node":
-                from rlf_deepsearch.node_server import attach, server_command, state_dir
-                from rlf_deepsearch.server import BATCH_SIZE
+    if settings.retriever_url:
+        searcher: Searcher = RemoteSearcher(settings.retriever_url, settings.timeout_s)
+        return RunSearcher(Batcher(searcher, settings.batch_size, workers=4))
+    if share_of(settings) == "node":
+        from rlf_deepsearch.node_server import attach, server_command, state_dir
+        from rlf_deepsearch.server import BATCH_SIZE
 
-                cmd = server_command(
-                    corpus,
-                    settings.retriever,
-                    index_dir,
-                    encoder or settings.encoder,
-                    settings.index_kind,
-                    settings.k1,
-                    settings.b,
-                    settings.stemmer,
-                    BATCH_SIZE,
-                )
-                url = attach(cmd, state_dir(index_dir))
-                _NODE_SERVERS.append((cmd, state_dir(index_dir)))
-                _SHARED[key] = Batcher(RemoteSearcher(url, settings.timeout_s), settings.batch_size, workers=4)
-            else:
-                local = open_local(corpus, settings.retriever, index_dir, params, encoder, settings.index_kind)
-                _SHARED[key] = Batcher(local, settings.batch_size, workers=1)
-        return _SHARED[key]
-
-
-_NODE_SERVERS: list[tuple[list[str], Path]] = []
+        cmd = server_command(
+            corpus,
+            settings.retriever,
+            index_dir,
+            encoder or settings.encoder,
+            settings.index_kind,
+            settings.k1,
+            settings.b,
+            settings.stemmer,
+            BATCH_SIZE,
+        )
+        url = attach(cmd, state_dir(index_dir))
+        batcher = Batcher(RemoteSearcher(url, settings.timeout_s), settings.batch_size, workers=4)
+        return RunSearcher(batcher, (cmd, state_dir(index_dir)))
+    local = open_local(corpus, settings.retriever, index_dir, params, encoder, settings.index_kind)
+    return RunSearcher(Batcher(local, settings.batch_size, workers=1))
 
 
 def share_of(settings: Settings) -> str:
@@ -287,15 +319,6 @@ def share_of(settings: Settings) -> str:
         return settings.share
     ray = sys.modules.get("ray")
     return "node" if ray is not None and getattr(ray, "is_initialized", lambda: False)() else "process"
-
-
-def release_node_servers() -> None:
-    """Leave the node servers this process attached to; the last client of each stops it."""
-    from rlf_deepsearch.node_server import detach
-
-    with _LOCK:
-        while _NODE_SERVERS:
-            detach(*_NODE_SERVERS.pop())
 
 
 def encoder_name(encoder: str | None, base: Path) -> str | None:

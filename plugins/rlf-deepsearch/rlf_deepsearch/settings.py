@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from rlfcore import config_dir, resolve_path
+
+if TYPE_CHECKING:
+    from rlfcore import ScoreContext, SetupContext, TurnContext
 
 
 class Settings(BaseModel):
@@ -84,10 +87,9 @@ class Settings(BaseModel):
         return self
 
 
-def settings_of(ctx: Any) -> Settings:
-    """The plugin's validated section from a hook context, or the defaults."""
-    settings = getattr(ctx, "settings", None)
-    return settings if isinstance(settings, Settings) else Settings()
+def settings_of(ctx: SetupContext | TurnContext | ScoreContext) -> Settings:
+    """The plugin's validated section from a hook context (always its own), typed."""
+    return ctx.settings_as(Settings)
 
 
 def base_dir(ctx: Any) -> Path:

@@ -21,7 +21,7 @@ from rlf_deepsearch import dense as dense_module
 from rlf_deepsearch.cli import cli
 from rlf_deepsearch.dense import DenseIndex, HybridIndex, encoder_digest, encoder_folder
 from rlf_deepsearch.index import BM25Index
-from rlf_deepsearch.search import open_local, shared_searcher
+from rlf_deepsearch.search import open_local, open_searcher
 from rlf_deepsearch.settings import Settings
 
 pytestmark = pytest.mark.slow  # an encoder load and ~100 passages encoded: about 30 s of CPU
@@ -152,9 +152,11 @@ def test_hybrid_is_reciprocal_rank_fusion_of_both_rankings(small, flat):
 def test_settings_pick_the_retriever(small, tmp_path):
     corpus, questions, cache = small
     settings = Settings(corpus=str(corpus), index_dir=str(cache), retriever="hybrid", topk=2)
-    searcher = shared_searcher(settings, tmp_path)
+    searcher = open_searcher(settings, tmp_path)
     assert isinstance(searcher.searcher, HybridIndex)
     assert len(searcher.search(questions[0]["question"], 2)) == 2
+    searcher.close()
+    assert searcher.batcher.running == 0
     assert isinstance(open_local(corpus, "dense", cache, encoder=ENCODER), DenseIndex)
     with pytest.raises(ValueError, match="retriever 'dense' picks a local index, but retriever_url"):
         Settings(retriever="dense", retriever_url="http://127.0.0.1:1")

@@ -18,7 +18,7 @@ from rlf_judge_qwq.metrics import JudgeMetrics
 from rlf_judge_qwq.prompts import Subject, group_messages, pointwise_messages, subject_of
 from rlf_judge_qwq.settings import JudgeSettings
 from rlf_judge_qwq.verdict import VerdictError, parse_group, parse_pointwise
-from rlfcore import Sample, Score, config_dir, resolve_path
+from rlfcore import Sample, Score, Stash, StashKey, config_dir, resolve_path
 
 if TYPE_CHECKING:
     from rlfcore import RunConfig
@@ -138,9 +138,16 @@ class Judge:
         raise VerdictError(f"unreadable verdict in all {attempts} answers; last: {problem}")
 
 
-def judge_for(config: RunConfig | None, served: Sequence[str] = ()) -> Judge | None:
-    """The run's judge (made on first use and kept with its settings), or ``None`` when it has nothing
-    to ask: no ``judge-qwq`` section validated for this run, or the ``openai`` backend with no endpoint.
+JUDGE = StashKey[Judge]("judge-qwq judge")
+"""The run's judge for its configured endpoints (or in-process model)."""
+SERVED = StashKey[Judge]("judge-qwq served judge")
+"""The run's judge for the endpoints the trainer serves (verl's reward router)."""
+
+
+def judge_for(config: RunConfig | None, stash: Stash, served: Sequence[str] = ()) -> Judge | None:
+    """The run's judge, kept in the plugin's ``stash`` (made on first use), or ``None`` when it has
+    nothing to ask: no ``judge-qwq`` section validated for this run, or the ``openai`` backend with
+    no endpoint. :func:`close_judges` releases what the stash holds.
 
     ``served`` are endpoints the trainer serves itself (verl's reward router, from
     ``ScoreContext.judge_endpoints``); they are used when ``judge-qwq.endpoints`` is empty.
@@ -151,12 +158,19 @@ def judge_for(config: RunConfig | None, served: Sequence[str] = ()) -> Judge | N
     if settings.backend == "openai" and not settings.endpoints:
         if not served:
             return None
-        if settings._served is None or settings._served.settings.endpoints != list(served):
-            settings._served = Judge(settings.model_copy(update={"endpoints": list(served)}), _base_dir(config))
-        return settings._served
-    if settings._judge is None:
-        settings._judge = Judge(settings, _base_dir(config))
-    return settings._judge
+        judge = stash.get(SERVED, None)
+        if judge is None or judge.settings.endpoints != list(served):
+            stash[SERVED] = Judge(settings.model_copy(update={"endpoints": list(served)}), _base_dir(config))
+        return stash[SERVED]
+    return stash.start(JUDGE, lambda: Judge(settings, _base_dir(config)))
+
+
+async def close_judges(stash: Stash) -> None:
+    """Close the connection pools of the judges in ``stash`` and drop them (the plugin's ``shutdown``)."""
+    for key in (JUDGE, SERVED):
+        judge = stash.pop(key, None)
+        if judge is not None:
+            await judge.backend.aclose()
 
 
 def _base_dir(config: RunConfig | None) -> Path:

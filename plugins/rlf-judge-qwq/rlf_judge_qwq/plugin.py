@@ -32,7 +32,7 @@ async def judge(samples: list[Sample], ctx: ScoreContext) -> list[Score | None] 
     settings = ctx.config.settings(NAME) if ctx.config is not None else None
     if not isinstance(settings, JudgeSettings) or (settings.envs and ctx.env not in settings.envs):
         return None
-    found = judge_for(ctx.config, ctx.judge_endpoints)
+    found = judge_for(ctx.config, ctx.stash, ctx.judge_endpoints)
     if found is None:
         _warn_unconfigured()
         return None
@@ -48,6 +48,14 @@ async def judge(samples: list[Sample], ctx: ScoreContext) -> list[Score | None] 
                 budget,
             )
     return await found.judge_group(samples)
+
+
+@hookimpl
+async def shutdown(ctx: SetupContext) -> None:
+    """Close the run's judge clients (their HTTP connection pools)."""
+    from rlf_judge_qwq.judge import close_judges
+
+    await close_judges(ctx.stash)
 
 
 @hookimpl

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 DEFAULT_RUBRIC = (
     "Grade how correct and complete the response is as an answer to the question. When a reference "
@@ -63,9 +63,6 @@ class JudgeSettings(BaseModel):
     backoff_max_s: float = Field(10.0, ge=0)
     parse_retries: int = Field(2, ge=0, description="New requests after an unreadable verdict, before giving up.")
     cache_size: int = Field(4096, ge=0, description="Verdicts of identical requests kept; 0 turns the cache off.")
-
-    _judge: Any = PrivateAttr(default=None)
-    _served: Any = PrivateAttr(default=None)
 
     @model_validator(mode="after")
     def _check_ranges(self) -> JudgeSettings:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import subprocess
@@ -10,11 +11,17 @@ from pathlib import Path
 
 import pytest
 from qwq_chat_server import ChatServer
-from rlf_judge_qwq.judge import judge_for
+from rlf_judge_qwq.judge import JUDGE, judge_for
 from rlf_judge_qwq.settings import JudgeSettings
 
+from rlfcore import Stash
+from rlfcore.chat import ByteChatTokenizer
 from rlfcore.config import ConfigError, load_config
-from rlfcore.testing import check_plugin, make_manager, rollout
+from rlfcore.data import normalize_row
+from rlfcore.engines.scripted import ScriptedEngine
+from rlfcore.loop import Rollout
+from rlfcore.rewards import RewardPipeline
+from rlfcore.testing import check_plugin, make_manager, make_runtime, rollout
 
 PLUGIN_DIR = Path(__file__).resolve().parents[1]
 
@@ -27,9 +34,9 @@ def test_plugin_check_passes():
 
 
 def test_without_endpoints_the_judge_stays_out():
-    assert judge_for(None) is None
+    assert judge_for(None, Stash()) is None
     config, _ = load_config({"plugins": ["judge-qwq"]}, manager=make_manager())
-    assert judge_for(config) is None and isinstance(config.settings("judge-qwq"), JudgeSettings)
+    assert judge_for(config, Stash()) is None and isinstance(config.settings("judge-qwq"), JudgeSettings)
     [traj] = rollout({"plugins": ["judge-qwq"]}, [{"id": "q", "prompt": "?", "ground_truth": "42"}], {"q": ["42"]})
     assert traj.reward == 1.0 and traj.reward_error is None and "judge.judge-qwq" not in traj.reward_components
 
@@ -38,10 +45,33 @@ def test_the_run_keeps_one_judge_and_warns_about_a_short_reward_timeout(caplog):
     with ChatServer() as server:
         raw = {"plugins": ["judge-qwq"], "judge-qwq": {"endpoints": [server.base_url], "timeout_s": 120}}
         config, _ = load_config(raw, manager=make_manager())
-        assert judge_for(config) is judge_for(config)
+        stash = Stash()
+        assert judge_for(config, stash) is judge_for(config, stash)
         with caplog.at_level(logging.WARNING, logger="rlf_judge_qwq.plugin"):
             rollout(raw, [{"id": "q", "prompt": "?"}], {"q": ["42"]})
     assert "reward.timeout_s (60 s) is below judge-qwq.timeout_s (120 s)" in caplog.text
+
+
+def test_the_judge_lives_in_the_runs_stash_and_shutdown_closes_its_connections():
+    """A real loopback chat server answers as the judge; after the run its client's pools are closed."""
+    with ChatServer() as server:
+        runtime = make_runtime({"plugins": ["judge-qwq"], "judge-qwq": {"endpoints": [server.base_url]}})
+        tok = ByteChatTokenizer()
+
+        async def main():
+            out = await Rollout(runtime, ScriptedEngine(tok, {"q": ["42"]}), tok).run(
+                [normalize_row({"id": "q", "prompt": "?"})], n=2
+            )
+            await RewardPipeline(runtime).score(out)
+            judge = runtime.stash("judge-qwq")[JUDGE]
+            pools = [c.http for shards in judge.backend._state.clients.values() for c in shards]
+            await runtime.aclose()
+            return out, judge, pools
+
+        out, judge, pools = asyncio.run(main())
+    assert judge.metrics.snapshot()["requests"] >= 1 and all("judge.judge-qwq" in t.reward_components for t in out)
+    assert pools and all(http.is_closed for http in pools) and judge.backend._state is None
+    assert runtime._stashes == {}
 
 
 def test_config_mistakes_are_reported_with_their_path():

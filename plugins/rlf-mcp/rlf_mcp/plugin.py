@@ -8,13 +8,15 @@ match against ``ground_truth``) or to another plugin of the environment.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
 from pydantic import BaseModel
 
+from rlf_mcp.pool import Pool
 from rlf_mcp.settings import McpSettings, configured_servers, uses_default
-from rlfcore import Example, SetupContext, Tool, config_dir, hookimpl
+from rlfcore import Example, SetupContext, StashKey, Tool, config_dir, hookimpl
 
 
 @hookimpl
@@ -22,9 +24,13 @@ def register_config_schema() -> type[BaseModel]:
     return McpSettings
 
 
+POOL = StashKey[Pool]("mcp pool")
+"""The run's MCP servers and their event loop, started by ``register_tools``, closed by ``shutdown``."""
+
+
 @hookimpl
 async def register_tools(ctx: SetupContext) -> list[Tool]:
-    """Start the configured servers (once per process), list their tools, and offer them.
+    """Start the configured servers (once per run, in the run's pool), list their tools, and offer them.
 
     ``rlf plugins list`` (``ctx.listing``) starts nothing: the tools are known once servers run.
     """
@@ -36,7 +42,15 @@ async def register_tools(ctx: SetupContext) -> list[Tool]:
         return []
     from rlf_mcp.toolset import load_tools  # the MCP SDK, imported only when servers start
 
-    return await load_tools(entries, settings)
+    return await load_tools(entries, settings, ctx.stash.start(POOL, Pool))
+
+
+@hookimpl
+async def shutdown(ctx: SetupContext) -> None:
+    """Close the run's servers and stop their loop (in a thread: closing blocks until they exit)."""
+    pool = ctx.stash.pop(POOL, None)
+    if pool is not None:
+        await asyncio.to_thread(pool.close)
 
 
 @hookimpl
@@ -68,7 +82,7 @@ def _call(expression: str) -> str:
 
 
 def _settings(ctx: SetupContext) -> McpSettings:
-    return ctx.settings if isinstance(ctx.settings, McpSettings) else McpSettings()
+    return ctx.settings_as(McpSettings)
 
 
 def _base_dir(ctx: SetupContext) -> Path:

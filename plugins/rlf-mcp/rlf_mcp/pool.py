@@ -1,4 +1,4 @@
-"""The process's MCP servers: started once, shared by every toolset and trajectory, closed at exit.
+"""MCP servers and the event loop they live in: one :class:`Pool` per run, closed by the plugin's ``shutdown``.
 
 Why a background loop: a run has one event loop (``rlfcore.runloop``), but the servers here are the
 process's, shared by every runtime it sets up, whose loops differ (a test session builds one runtime
@@ -8,12 +8,14 @@ one event loop that runs in a daemon thread for the life of the process, and a t
 loop is bridged to it (``run_coroutine_threadsafe`` + ``wrap_future``: cancelling the caller, as the
 executor's timeout does, cancels the call in the pool too).
 
-Servers are keyed by their resolved spec (name, command or URL, environment...), so setting up a
-second runtime with the same servers reuses the running ones. :func:`shutdown` closes them all; it
-runs at interpreter exit too (``atexit``). A process killed outright cannot run it: stdio servers then
-see their stdin close and exit (every ``MCPServer`` does), and a server that ignores EOF must be
-cleaned up by the process's supervisor. A forked child forgets its parent's servers instead of
-closing them.
+A run's pool is kept in the plugin's run-scoped stash and closed (:meth:`Pool.close`) by its
+``shutdown`` hook. Within a pool servers are keyed by their resolved spec (name, command or URL,
+environment...), so toolsets naming the same server share it. :func:`get_pool` is a process-wide
+pool for scripts and tests that load tools without a run; :func:`shutdown` closes it. As a last
+resort, interpreter exit (``atexit``) closes every pool still open, a run's that never reached its
+``shutdown`` included. A process killed outright cannot: stdio servers then see their stdin close
+and exit (every ``MCPServer`` does), and a server that ignores EOF must be cleaned up by the
+process's supervisor. A forked child forgets its parent's pools instead of closing them.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ class Pool:
         self._created: list[ServerConnection] = []
         self._thread = threading.Thread(target=self._run, name="rlf-mcp", daemon=True)
         self._thread.start()
+        _open.add(self)
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
@@ -100,7 +103,28 @@ class Pool:
         self._starts.clear()
         self._created.clear()
 
+    def close(self, timeout_s: float = SHUTDOWN_TIMEOUT_S) -> None:
+        """Close every server of this pool and stop its loop; safe to call more than once.
+
+        Blocks until the servers are closed (stdio servers exit on stdin EOF, or are killed after a
+        few seconds): call it from a thread, not from an event loop.
+        """
+        if self.in_pool_thread:
+            raise RuntimeError("an MCP pool cannot be closed from inside its own loop")
+        if self not in _open:
+            return
+        try:
+            self.submit(self.close_all()).result(timeout_s)
+        finally:
+            self.stop()
+
+    @property
+    def running(self) -> bool:
+        """Whether its loop's thread still runs."""
+        return self._thread.is_alive()
+
     def stop(self) -> None:
+        _open.discard(self)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=5)
         if not self._thread.is_alive():
@@ -116,10 +140,12 @@ def _usable(task: asyncio.Task[ServerConnection]) -> bool:
 
 _lock = threading.Lock()
 _pool: Pool | None = None
+_open: set[Pool] = set()
+"""Every pool whose loop runs: interpreter exit closes those left."""
 
 
 def get_pool() -> Pool:
-    """The process's pool, started on first use (again after :func:`shutdown`)."""
+    """The process-wide pool (for tools loaded without a run), started on first use (again after :func:`shutdown`)."""
     global _pool
     with _lock:
         if _pool is None:
@@ -128,31 +154,30 @@ def get_pool() -> Pool:
 
 
 def shutdown(timeout_s: float = SHUTDOWN_TIMEOUT_S) -> None:
-    """Close every MCP server of this process and stop the pool's loop; safe to call more than once.
-
-    Blocks until the servers are closed (stdio servers exit on stdin EOF, or are killed after a few
-    seconds). Servers start again if a toolset is set up afterwards.
-    """
+    """Close the process-wide pool's servers and stop its loop (:meth:`Pool.close`); safe to call more
+    than once. Servers start again if a toolset is set up afterwards."""
     global _pool
     with _lock:
         pool, _pool = _pool, None
-    if pool is None:
-        return
-    if pool.in_pool_thread:
-        raise RuntimeError("rlf_mcp.pool.shutdown() cannot run inside the pool's own loop")
-    try:
-        pool.submit(pool.close_all()).result(timeout_s)
-    finally:
-        pool.stop()
+    if pool is not None:
+        pool.close(timeout_s)
+
+
+def _close_all_at_exit() -> None:
+    """The last resort: close every pool still open when the interpreter exits."""
+    shutdown()
+    for pool in list(_open):
+        pool.close()
 
 
 def _forget_after_fork() -> None:
-    """In a forked child the pool's thread does not exist: start afresh, leave the parent's servers alone."""
-    global _lock, _pool
+    """In a forked child the pools' threads do not exist: start afresh, leave the parent's servers alone."""
+    global _lock, _pool, _open
     _lock = threading.Lock()
     _pool = None
+    _open = set()
 
 
-atexit.register(shutdown)
+atexit.register(_close_all_at_exit)
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_after_fork)

@@ -1,8 +1,10 @@
 """End to end: a run config naming MCP servers, rolled out and scored through the real loop, a server
-killed mid-run, ``rlf plugins check mcp``, and no server process left behind when the process exits."""
+killed mid-run, the run's servers closed by its ``shutdown``, ``rlf plugins check mcp``, and no
+server process left behind when the process exits."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -15,9 +17,10 @@ from pathlib import Path
 
 import pytest
 from mcp_testkit import PROBE, children, needs_proc, wait_gone
-from rlf_mcp.pool import shutdown
+from rlf_mcp.plugin import POOL
+from rlf_mcp.pool import get_pool, shutdown
 
-from rlfcore.testing import rollout
+from rlfcore.testing import make_runtime, rollout
 
 pytestmark = needs_proc
 
@@ -82,18 +85,35 @@ def test_a_run_with_two_servers_survives_one_being_killed_mid_run(run_config):
     assert kill.reward == 1.0
 
 
+def test_the_runs_servers_live_in_its_stash_and_are_gone_when_the_run_closes(run_config):
+    """Setting a run up starts its own servers in its own pool; closing the run (its ``shutdown``)
+    stops them and the pool's loop, with no atexit involved."""
+    before = set(children("rlf_mcp.servers.calculator") + children("mcp_probe_server"))
+    runtime = make_runtime(run_config)
+    pool = runtime.stash("mcp")[POOL]
+    started = set(children("rlf_mcp.servers.calculator") + children("mcp_probe_server")) - before
+    assert len(started) == 2 and pool.running and pool is not get_pool()
+    asyncio.run(runtime.aclose())
+    assert wait_gone(sorted(started)) == [] and not pool.running
+    assert runtime._stashes == {}
+
+
 def test_plugins_check_passes_and_leaves_no_server_when_the_process_exits():
-    """``rlf plugins check mcp`` in a fresh process (the bundled calculator, real calls and rewards);
-    the process exits without a shutdown call: atexit closes the server, no process survives."""
+    """``rlf plugins check mcp`` in a fresh process (the bundled calculator, real calls and rewards)
+    closes its run's server in ``shutdown``; a run set up after it and never closed leaves its server
+    to the last resort: atexit closes it when the process exits, no process survives."""
     script = textwrap.dedent(
         f"""
         import json, sys
         sys.path.insert(0, {str(Path(__file__).parent)!r})
         from mcp_testkit import children
-        from rlfcore.testing import check_plugin
+        from rlfcore.testing import check_plugin, make_runtime
         report = check_plugin("mcp")
         print(report.render())
-        print(json.dumps({{"ok": report.ok, "servers": children("rlf_mcp.servers.calculator")}}))
+        after_check = children("rlf_mcp.servers.calculator")
+        make_runtime({{"plugins": ["mcp"]}})  # never closed
+        unclosed = children("rlf_mcp.servers.calculator")
+        print(json.dumps({{"ok": report.ok, "after_check": after_check, "unclosed": unclosed}}))
         """
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
@@ -103,5 +123,5 @@ def test_plugins_check_passes_and_leaves_no_server_when_the_process_exits():
     assert out["ok"], "\n".join(report)
     assert "tools: calculate" in done.stdout
     assert "smoke rollout calc-wrong-answer: 2 turns, 1 tool calls, reward 0" in done.stdout
-    assert len(out["servers"]) == 1
-    assert wait_gone(out["servers"]) == []
+    assert out["after_check"] == [] and len(out["unclosed"]) == 1
+    assert wait_gone(out["unclosed"]) == []

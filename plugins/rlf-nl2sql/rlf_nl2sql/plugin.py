@@ -7,24 +7,23 @@ Each dataset row names its database in ``extra.db`` (relative to ``nl2sql.db_roo
 
 from __future__ import annotations
 
-import functools
+from collections.abc import Mapping
 from typing import Any
 
 from pydantic import BaseModel
 
 from rlf_nl2sql.database import DatabaseUnavailable
 from rlf_nl2sql.settings import Locator, Settings, base_dir
-from rlf_nl2sql.tools import DatabaseTool, make_tools
-from rlf_nl2sql.verify import PoolKind, Verifier, VerifyOptions
+from rlf_nl2sql.tools import DatabaseSession, make_tools
+from rlf_nl2sql.verify import Verifier
 from rlfcore import (
     Example,
     Sample,
     Score,
     ScoreContext,
     SetupContext,
+    StashKey,
     Tool,
-    ToolCall,
-    ToolResult,
     TurnContext,
     Verification,
     hookimpl,
@@ -34,6 +33,8 @@ NAME = "nl2sql"
 """The entry-point name, which is also the config section's."""
 INFRASTRUCTURE_STAGES = ("gold", "database")
 """Verification failures that are the data's fault, not the model's: recorded as reward errors."""
+VERIFIER = StashKey[Verifier]("nl2sql verifier")
+"""The run's verifier (its pool and gold cache), shared by every sample, started by the first ``verify_tool``."""
 
 
 @hookimpl
@@ -43,17 +44,14 @@ def register_config_schema() -> type[BaseModel]:
 
 @hookimpl
 def register_tools(ctx: SetupContext) -> list[Tool]:
-    settings = _settings(ctx)
-    return [*make_tools(settings, Locator.from_settings(settings, base_dir(ctx.config)))]
+    settings = ctx.settings_as(Settings)
+    return make_tools(settings, Locator.from_settings(settings, base_dir(ctx.config)))
 
 
 @hookimpl
-async def invoke_tools(calls: list[ToolCall], ctx: TurnContext) -> list[ToolResult] | None:
-    """Bind the database tools to this sample's database, then let the core's executor run the calls."""
-    if ctx.runtime is None:
-        return None
-    tools = {name: t.for_row(ctx.row) if isinstance(t, DatabaseTool) else t for name, t in ctx.tools.items()}
-    return await ctx.runtime.executor.run(calls, tools)
+async def open_session(row: Mapping[str, Any], ctx: TurnContext) -> DatabaseSession:
+    """The trajectory's database, from its row's ``extra.db``: what the ``sql`` and ``schema`` tools query."""
+    return DatabaseSession.for_row(Locator.from_settings(ctx.settings_as(Settings), base_dir(ctx.config)), row)
 
 
 @hookimpl
@@ -61,7 +59,7 @@ async def verify_tool(sample: Sample, ctx: ScoreContext) -> Verification | None:
     """Run the final answer's SQL and the gold SQL on the sample's database and compare the results."""
     if sample.ground_truth is None:
         return None
-    settings = _settings(ctx)
+    settings = ctx.settings_as(Settings)
     try:
         db = Locator.from_settings(settings, base_dir(ctx.config)).locate(sample.extra)
     except DatabaseUnavailable as exc:
@@ -72,7 +70,9 @@ async def verify_tool(sample: Sample, ctx: ScoreContext) -> Verification | None:
             details={"stage": "database", "format": 0.0},
             error="the sample names no database: set extra.db in its row or nl2sql.db in the config",
         )
-    verifier = _verifier(settings.verify_options(), settings.verify_workers, settings.verify_pool)
+    verifier = ctx.stash.start(
+        VERIFIER, lambda: Verifier(settings.verify_options(), settings.verify_workers or None, settings.verify_pool)
+    )
     return await verifier.verify_async(db, sample.ground_truth, sample.response)
 
 
@@ -81,7 +81,7 @@ def compute_score(sample: Sample, verification: Verification | None, ctx: ScoreC
     """Execution match, blended with the format component by ``format_weight``."""
     if verification is None:
         return None
-    weight = _settings(ctx).format_weight
+    weight = ctx.settings_as(Settings).format_weight
     execution = float(verification.passed)
     fmt = float(verification.details.get("format", 0.0))
     error = verification.error if verification.details.get("stage") in INFRASTRUCTURE_STAGES else None
@@ -110,16 +110,9 @@ def register_examples(ctx: SetupContext) -> list[Example]:
     ]
 
 
-def _settings(ctx: SetupContext | TurnContext | ScoreContext) -> Settings:
-    """This plugin's section. In an environment shared with other plugins the context may carry the
-    first plugin's section instead, so look ours up by name, else use the defaults."""
-    if isinstance(ctx.settings, Settings):
-        return ctx.settings
-    own = ctx.config.settings(NAME) if ctx.config is not None else None
-    return own if isinstance(own, Settings) else Settings()
-
-
-@functools.lru_cache(maxsize=8)
-def _verifier(options: VerifyOptions, workers: int, pool: PoolKind) -> Verifier:
-    """One verifier (its pool and gold cache) per distinct configuration, shared by every sample of a run."""
-    return Verifier(options, workers or None, pool)
+@hookimpl
+def shutdown(ctx: SetupContext) -> None:
+    """Stop the run's verifier: its worker pool, and its cache of gold results."""
+    verifier = ctx.stash.pop(VERIFIER, None)
+    if verifier is not None:
+        verifier.close()

@@ -1,18 +1,18 @@
 """The tools the model calls during a rollout: ``sql`` (run a query) and, by config, ``schema``.
 
-Each sample has its own database, but the core calls a tool with the model's arguments only. So the
-tools are :class:`DatabaseTool` objects: registered once (their schemas are what the model sees), and
-bound to the sample's database each turn by the plugin's ``invoke_tools``, which then hands the calls
-to the core's executor (timeouts, limits, schema checks and error results stay the executor's).
-Unbound (called by another route), they use the configured default database, or answer with an
-error that says how to name one.
+Each trajectory has its own database: the plugin's ``open_session`` finds the file its row names
+(:class:`DatabaseSession`), and the tools get that session with each call, so the core's executor
+runs them as any other (timeouts, limits, schema checks, error results) and its result cache keeps
+one database's answers apart from another's by the session's ``cache_key``. Called outside a
+trajectory (the UI's tool bench) they use the configured default database, or answer with an error
+that says how to name one.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,49 +22,78 @@ from rlfcore import Tool
 
 EXECUTOR_MARGIN_S = 5.0
 """The executor's own timeout is the query's plus this: the query's progress handler stops it first."""
+NO_DATABASE = (
+    "this sample names no database: give each dataset row extra.db (a path relative to nl2sql.db_root) "
+    "or set nl2sql.db in the run config"
+)
 
 
-@dataclass
-class DatabaseTool(Tool):
-    """A tool whose action takes the sample's database file as its first argument."""
+class DatabaseSession:
+    """One trajectory's database: the file its row names (else the configured default), or why it may
+    not use it. Its connection opens on the first query and serves every call of the trajectory, one
+    at a time; :meth:`close` (the core calls it when the trajectory ends) closes it."""
 
-    action: Callable[..., str] | None = None
-    locator: Locator | None = None
+    def __init__(self, path: Path | None, refused: DatabaseUnavailable | None = None):
+        self.path = path
+        self.refused = refused
+        self._lock = threading.Lock()
+        self._db: Session | None = None
+        self._closed = False
 
-    def for_row(self, row: Mapping[str, Any]) -> Tool:
-        """A plain tool bound to the database a raw dataset row names (``extra.db``).
-
-        Its ``plugin`` names the database too, so the executor's result cache and per-tool limits
-        never mix two databases.
-        """
-        assert self.action is not None and self.locator is not None
+    @classmethod
+    def for_row(cls, locator: Locator, row: Mapping[str, Any]) -> DatabaseSession:
+        """The session of a raw dataset row (``extra.db``); a refused path is kept for the tools to report."""
         try:
-            db = self.locator.locate(row_extra(row))
+            return cls(locator.locate(row_extra(row)))
         except DatabaseUnavailable as exc:
-            db, refused = None, exc
-        else:
-            refused = None
-        fallback = functools.partial(_unavailable, refused) if refused is not None else _no_database
-        return Tool(
-            name=self.name,
-            description=self.description,
-            parameters=self.parameters,
-            fn=functools.partial(self.action, db) if db is not None else fallback,
-            timeout_s=self.timeout_s,
-            max_concurrency=self.max_concurrency,
-            plugin=f"{self.plugin}:{db}" if db is not None else self.plugin,
-        )
+            return cls(None, exc)
+
+    @property
+    def cache_key(self) -> str:
+        """Trajectories on one file get the same results: the executor's cache may share them."""
+        return str(self.path) if self.refused is None else f"refused:{self.refused}"
+
+    @property
+    def is_open(self) -> bool:
+        """Whether its connection is open (between the first query and :meth:`close`)."""
+        return self._db is not None
+
+    def database(self) -> Path:
+        """The file to query; :class:`DatabaseUnavailable` (the model reads it) when there is none."""
+        if self.refused is not None:
+            raise self.refused
+        if self.path is None:
+            raise DatabaseUnavailable(NO_DATABASE)
+        return self.path
+
+    @contextmanager
+    def connection(self) -> Iterator[Session]:
+        """The trajectory's connection, opened on first use; calls of one turn take turns on it."""
+        with self._lock:
+            if self._closed:
+                raise DatabaseUnavailable("this trajectory's database session is closed")
+            if self._db is None:
+                self._db = Session(self.database())
+            yield self._db
+
+    def close(self) -> None:
+        """Close the connection, after a query still running on it (its own timeout ends it)."""
+        with self._lock:
+            self._closed = True
+            if self._db is not None:
+                self._db.close()
+                self._db = None
 
 
-def _no_database(**arguments: Any) -> str:
-    raise DatabaseUnavailable(
-        "this sample names no database: give each dataset row extra.db (a path relative to nl2sql.db_root) "
-        "or set nl2sql.db in the run config"
-    )
-
-
-def _unavailable(error: DatabaseUnavailable, **arguments: Any) -> str:
-    raise error
+@contextmanager
+def _connection(session: DatabaseSession | None, default: Path | None) -> Iterator[Session]:
+    """The trajectory's connection, or, called outside a trajectory, one on the default database for this call."""
+    if session is not None:
+        with session.connection() as db:
+            yield db
+    else:
+        with Session(DatabaseSession(default).database()) as db:
+            yield db
 
 
 def render_result(result: QueryResult, *, max_chars: int, max_cell_chars: int) -> str:
@@ -104,18 +133,18 @@ def _cell(value: Any, limit: int) -> str:
     return text if len(text) <= limit else text[: max(0, limit - 1)] + "…"
 
 
-def make_tools(settings: Settings, locator: Locator) -> list[DatabaseTool]:
-    """The ``sql`` tool, and the ``schema`` tool when the settings ask for it."""
+def make_tools(settings: Settings, locator: Locator) -> list[Tool]:
+    """The ``sql`` tool, and the ``schema`` tool when the settings ask for it; both take the trajectory's session."""
     max_rows, max_chars, timeout_s = settings.max_rows, settings.max_chars, settings.query_timeout_s
 
-    def run_sql(db: Path, query: str) -> str:
-        with Session(db) as session:
-            result = session.query(query, timeout_s=timeout_s, max_rows=max_rows, max_bytes=settings.max_result_bytes)
+    def run_sql(*, session: DatabaseSession | None, query: str) -> str:
+        with _connection(session, locator.default) as db:
+            result = db.query(query, timeout_s=timeout_s, max_rows=max_rows, max_bytes=settings.max_result_bytes)
         return render_result(result, max_chars=max_chars, max_cell_chars=settings.max_cell_chars)
 
-    def show_schema(db: Path, table: str | None = None) -> str:
-        with Session(db) as session:
-            tables = session.tables()
+    def show_schema(*, session: DatabaseSession | None, table: str | None = None) -> str:
+        with _connection(session, locator.default) as db:
+            tables = db.tables()
         if table is None:
             return "\n".join(create.strip() + ";" for _, create in tables)
         wanted = table.strip().strip('"`[]').lower()
@@ -124,36 +153,39 @@ def make_tools(settings: Settings, locator: Locator) -> list[DatabaseTool]:
                 return create.strip() + ";"
         raise QueryError(f"no table named {table!r}; tables: {', '.join(name for name, _ in tables)}")
 
-    sql = DatabaseTool(
-        name="sql",
-        description=(
+    def database_tool(name: str, description: str, parameters: dict[str, Any], fn: Callable[..., str]) -> Tool:
+        return Tool(
+            name=name,
+            description=description,
+            parameters=parameters,
+            fn=fn,
+            timeout_s=timeout_s + EXECUTOR_MARGIN_S,
+            takes_session=True,
+        )
+
+    tools = [
+        database_tool(
+            "sql",
             "Run one read-only SQLite query (SELECT or WITH) on the question's database and see the result: "
-            f"at most {max_rows} rows, cut at {max_chars} characters. Use it to explore the data before answering."
-        ),
-        parameters={
-            "type": "object",
-            "properties": {"query": {"type": "string", "description": "One SQLite statement."}},
-            "required": ["query"],
-        },
-        fn=functools.partial(run_sql, locator.default) if locator.default else _no_database,
-        timeout_s=timeout_s + EXECUTOR_MARGIN_S,
-        action=run_sql,
-        locator=locator,
-    )
-    tools = [sql]
+            f"at most {max_rows} rows, cut at {max_chars} characters. Use it to explore the data before answering.",
+            {
+                "type": "object",
+                "properties": {"query": {"type": "string", "description": "One SQLite statement."}},
+                "required": ["query"],
+            },
+            run_sql,
+        )
+    ]
     if settings.schema_tool:
         tools.append(
-            DatabaseTool(
-                name="schema",
-                description="Show the CREATE TABLE statements of the question's database, or of one table.",
-                parameters={
+            database_tool(
+                "schema",
+                "Show the CREATE TABLE statements of the question's database, or of one table.",
+                {
                     "type": "object",
                     "properties": {"table": {"type": "string", "description": "A table name; omit it for all tables."}},
                 },
-                fn=functools.partial(show_schema, locator.default) if locator.default else _no_database,
-                timeout_s=timeout_s + EXECUTOR_MARGIN_S,
-                action=show_schema,
-                locator=locator,
+                show_schema,
             )
         )
     return tools

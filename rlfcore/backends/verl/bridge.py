@@ -37,6 +37,7 @@ TRACE_FIELDS = (
     "truncated",
     "error",
     "template_mismatch",
+    "session_error",
     "generate_s",
     "tools_s",
     "ground_truth",
