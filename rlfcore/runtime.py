@@ -217,8 +217,9 @@ class Runtime:
             raise KeyError(f"no tool-call parser named {name!r}; registered: {', '.join(sorted(self.parsers))}")
         return self.parsers[name]
 
-    def engine(self, tokenizer: ChatTokenizer, name: str | None = None) -> Engine:
-        """Build the configured engine (or ``name``) from the factories plugins registered."""
+    def engine(self, tokenizer: ChatTokenizer | None, name: str | None = None) -> Engine:
+        """Build the configured engine (or ``name``) from the factories plugins registered; a chat engine
+        (which sends messages, not token ids) gets no tokenizer."""
         name = name or self.config.engine.name
         if name not in self.engines:
             raise KeyError(f"no engine named {name!r}; registered: {', '.join(sorted(self.engines))}")

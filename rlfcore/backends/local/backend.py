@@ -45,7 +45,7 @@ class LocalBackend(Backend):
     def dry_run(self, job: TrainJob, echo: Callable[[str], None] = print) -> Outcome:
         """Check the data, the model and the run folder as :meth:`run` would, print the resolved
         config, and start nothing (no plugin set-up, no model load)."""
-        import yaml  # type: ignore[import-untyped]
+        import yaml
 
         from rlfcore.backends.local.run import check_model, check_run_dir
         from rlfcore.data import read_rows

@@ -16,6 +16,7 @@ from rlfcore.config import RunConfig
 from rlfcore.data import read_rows
 from rlfcore.diagnostics import Advisor, config_warnings
 from rlfcore.engines.chat import refuse_chat_engine
+from rlfcore.paths import resolve_path
 from rlfcore.plugins import PluginManager
 from rlfcore.runtime import Runtime
 
@@ -74,7 +75,7 @@ def train(
     base = config.base_dir
     if not config.data.train:
         raise ValueError("the config names no training data: set data.train")
-    rows = read_rows(resolve(config.data.train, base))
+    rows = read_rows(resolve_path(config.data.train, base))
     check_model(config, base)
     if resume_from is not None and not (resume_from / "trainer.pt").is_file():
         raise RunDirError(
@@ -100,7 +101,7 @@ def train(
                 run_dir.truncate_metrics(0, "sft_metrics.jsonl")
                 model, hf_tok = load_policy(model_path, config.trainer.device, config.model.dtype)
                 t0 = time.perf_counter()
-                train_sft(model, hf_tok, runtime, resolve(config.sft.data, base), run_dir, _phase(progress, "sft"))
+                train_sft(model, hf_tok, runtime, resolve_path(config.sft.data, base), run_dir, _phase(progress, "sft"))
                 sft_s = time.perf_counter() - t0
                 run_dir.save_checkpoint("sft", model, hf_tok, {"step": config.sft.steps})
                 model_path = sft_ckpt / "model"
@@ -143,7 +144,9 @@ def sft_only(
             ensure_model(config, base, tool_schemas(runtime)), config.trainer.device, config.model.dtype
         )
         t0 = time.perf_counter()
-        history = train_sft(model, hf_tok, runtime, resolve(config.sft.data, base), run_dir, _phase(progress, "sft"))
+        history = train_sft(
+            model, hf_tok, runtime, resolve_path(config.sft.data, base), run_dir, _phase(progress, "sft")
+        )
     finally:
         run_dir.close()
         runtime.close()
