@@ -279,3 +279,96 @@ async def test_stop_string_ends_generation_at_the_token_that_completes_it(model)
     assert other.token_ids == hf_greedy(model, PROMPTS[0], 12) and other.finish_reason == "length"
     with pytest.raises(ValueError, match="stop strings .* need the engine's tokenizer"):
         await TransformersEngine(model).generate(PROMPTS[0], SamplingParams(max_tokens=3, stop=["x"]))
+
+
+async def submit_after_passes(model, engine, passes: int, prompt: list[int], params: SamplingParams):
+    """Send ``prompt`` once the engine has run ``passes`` forward passes, i.e. while other rows decode."""
+    loop = asyncio.get_running_loop()
+    reached = asyncio.Event()
+    count = 0
+
+    def hook(*_):
+        nonlocal count
+        count += 1
+        if count == passes:
+            loop.call_soon_threadsafe(reached.set)
+
+    handle = model.register_forward_hook(hook)
+    try:
+        await reached.wait()
+    finally:
+        handle.remove()
+    return await engine.generate(prompt, params)
+
+
+async def test_a_request_joins_rows_already_decoding_and_leaves_before_them(model):
+    """Continuous batching: the late request is prefilled between decode steps, decodes alongside the
+    long row and is answered long before it; both stay token-exact against HF generate alone."""
+    engine = TransformersEngine(model)
+    long_params = SamplingParams(temperature=0.0, max_tokens=120)
+    done: list[str] = []
+
+    async def tracked(name, coro):
+        gen = await coro
+        done.append(name)
+        return gen
+
+    long, late = await asyncio.gather(
+        tracked("long", engine.generate(PROMPTS[1], long_params)),
+        tracked("late", submit_after_passes(model, engine, 5, PROMPTS[0], GREEDY)),
+    )
+    assert done == ["late", "long"]
+    assert engine.stats.joins == 1 and engine.stats.batches == 2
+    assert long.token_ids == hf_greedy(model, PROMPTS[1], 120)
+    assert late.token_ids == hf_greedy(model, PROMPTS[0], GREEDY.max_tokens)
+    # 120 passes for the long row, 1 prefill for the late one: it never ran a batch of its own
+    assert engine.stats.forward_passes == 121
+
+
+async def test_static_scheduling_makes_a_late_request_wait_for_the_batch(model):
+    """The former engine, kept as the benchmark's peer: the late request starts after the long row ends."""
+    engine = TransformersEngine(model, scheduling="static")
+    long, late = await asyncio.gather(
+        engine.generate(PROMPTS[1], SamplingParams(temperature=0.0, max_tokens=40)),
+        submit_after_passes(model, engine, 5, PROMPTS[0], GREEDY),
+    )
+    assert engine.stats.joins == 0 and engine.stats.batches == 2
+    assert engine.stats.forward_passes == 40 + GREEDY.max_tokens
+    assert late.token_ids == hf_greedy(model, PROMPTS[0], GREEDY.max_tokens)
+    assert long.token_ids == hf_greedy(model, PROMPTS[1], 40)
+    with pytest.raises(ValueError, match="scheduling: 'paged' is not one of continuous, static"):
+        TransformersEngine(model, scheduling="paged")
+
+
+async def test_seeded_rows_are_reproducible_whatever_joins_or_leaves(model):
+    """Same seed, same tokens: alone, joining a running batch with a longer prompt, and hosting joiners."""
+    engine = TransformersEngine(model)
+    params = SamplingParams(temperature=0.8, top_p=0.95, max_tokens=24, seed=7)
+    host_params = SamplingParams(temperature=1.0, max_tokens=60, seed=11)
+    alone = await engine.generate(PROMPTS[3], params)
+    host_alone = await engine.generate(PROMPTS[1], host_params)
+    host, joined, short_joined = await asyncio.gather(
+        engine.generate(PROMPTS[1], host_params),
+        submit_after_passes(model, engine, 3, PROMPTS[3], params),
+        # a row that leaves early, so columns only it used are cut while the others decode
+        submit_after_passes(model, engine, 2, list(range(20, 60)), SamplingParams(temperature=1.0, max_tokens=3)),
+    )
+    assert engine.stats.joins >= 2
+    assert joined.token_ids == alone.token_ids and host.token_ids == host_alone.token_ids
+    assert joined.logprobs == pytest.approx(alone.logprobs, abs=1e-4)
+    assert host.logprobs == pytest.approx(host_alone.logprobs, abs=1e-4)
+    assert len(short_joined.token_ids) == 3
+
+
+async def test_logprobs_of_a_joined_row_equal_the_trainers_recomputation(model):
+    """What the trainer recomputes (one forward pass over prompt + completion at temperature T) is what
+    the engine reported for a row that was merged into a running batch."""
+    engine = TransformersEngine(model)
+    params = SamplingParams(temperature=0.7, max_tokens=16, seed=3)
+    _, joined = await asyncio.gather(
+        engine.generate(PROMPTS[0], SamplingParams(temperature=1.0, max_tokens=50, seed=1)),
+        submit_after_passes(model, engine, 4, PROMPTS[2], params),
+    )
+    assert engine.stats.joins == 1
+    want = forward_logp(model, PROMPTS[2], joined.token_ids, temperature=0.7)
+    assert joined.logprobs == pytest.approx(want, abs=1e-4)
