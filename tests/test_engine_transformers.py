@@ -372,3 +372,55 @@ async def test_logprobs_of_a_joined_row_equal_the_trainers_recomputation(model):
     assert engine.stats.joins == 1
     want = forward_logp(model, PROMPTS[2], joined.token_ids, temperature=0.7)
     assert joined.logprobs == pytest.approx(want, abs=1e-4)
+
+
+async def test_next_turn_reuses_the_previous_turns_kv_cache_exactly(model):
+    """A trajectory's next turn (same request id, a prompt that continues the last one) prefills only
+    the new tokens; its tokens and logprobs are those of a fresh prefill over the whole prompt."""
+    engine = TransformersEngine(model)
+    first = await engine.generate(PROMPTS[1], GREEDY, request_id="t0")
+    prompt = PROMPTS[1] + first.token_ids + [7, 77, 177]  # as a tool result appends an observation
+    params = SamplingParams(temperature=0.9, max_tokens=10, seed=5)
+    second = await engine.generate(prompt, params, request_id="t0")
+    assert engine.stats.reused_tokens == len(PROMPTS[1]) + GREEDY.max_tokens - 1
+    fresh = await TransformersEngine(model).generate(prompt, params)
+    assert second.token_ids == fresh.token_ids
+    assert second.logprobs == pytest.approx(forward_logp(model, prompt, second.token_ids, 0.9), abs=1e-4)
+    third_prompt = prompt + second.token_ids + [3]
+    third = await engine.generate(third_prompt, GREEDY, request_id="t0")
+    assert third.token_ids == hf_greedy(model, third_prompt, GREEDY.max_tokens)
+    assert engine.stats.reused_tokens == len(PROMPTS[1]) + GREEDY.max_tokens - 1 + len(prompt) + 10 - 1
+
+
+async def test_reused_and_fresh_rows_prefill_together_and_stay_exact(model):
+    """Rows with cached prefixes of different lengths and rows without one share one prefill."""
+    engine = TransformersEngine(model)
+    firsts = await asyncio.gather(
+        *(
+            engine.generate(p, SamplingParams(temperature=0.0, max_tokens=n), request_id=f"r{i}")
+            for i, (p, n) in enumerate(zip(PROMPTS, (3, 9, 5, 1)))
+        )
+    )
+    prompts = [p + g.token_ids + [11] * (i + 1) for i, (p, g) in enumerate(zip(PROMPTS, firsts))]
+    prompts.append([9, 8, 7, 6, 5, 4])  # a new trajectory
+    before = engine.stats.batches
+    seconds = await asyncio.gather(*(engine.generate(p, GREEDY, request_id=f"r{i}") for i, p in enumerate(prompts)))
+    assert engine.stats.batches == before + 1
+    assert engine.stats.reused_tokens == sum(len(p) + n - 1 for p, n in zip(PROMPTS, (3, 9, 5, 1)))
+    assert [g.token_ids for g in seconds] == [hf_greedy(model, p, GREEDY.max_tokens) for p in prompts]
+
+
+async def test_a_kept_cache_is_not_reused_after_the_weights_change_or_the_history_does(model):
+    trained = tiny_qwen3(seed=2)
+    engine = TransformersEngine(trained)
+    first = await engine.generate(PROMPTS[0], GREEDY, request_id="a")
+    await engine.generate(PROMPTS[2], GREEDY, request_id="b")
+    trained.load_state_dict(model.state_dict())  # a weight sync between steps, same request ids
+    prompt = PROMPTS[0] + first.token_ids + [5]
+    again = await engine.generate(prompt, GREEDY, request_id="a")
+    assert engine.stats.reused_tokens == 0  # the cache of the old weights was dropped
+    assert again.token_ids == hf_greedy(model, prompt, GREEDY.max_tokens)
+    edited = [PROMPTS[0][0] + 1, *prompt[1:], *again.token_ids]  # not a continuation of what "a" last saw
+    edited_gen = await engine.generate(edited, GREEDY, request_id="a")
+    assert engine.stats.reused_tokens == 0
+    assert edited_gen.token_ids == hf_greedy(model, edited, GREEDY.max_tokens)

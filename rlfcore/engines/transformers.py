@@ -28,6 +28,8 @@ class EngineStats:
 
     batches: int = 0
     joins: int = 0
+    reused_tokens: int = 0
+    """Prompt tokens whose KV cache came from the trajectory's previous turn instead of a prefill."""
     requests: int = 0
     forward_passes: int = 0
     generated_tokens: int = 0
@@ -41,6 +43,17 @@ class _Request:
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     generator: torch.Generator | None = None
+    request_id: str = ""
+
+
+@dataclass
+class _Prefix:
+    """A finished row's KV cache, kept for its trajectory's next turn: the ids it covers, each layer's
+    keys and values ``[heads, len(ids), head_dim]``, and the weights' version it was computed with."""
+
+    ids: list[int]
+    kv: list[tuple[torch.Tensor, torch.Tensor]]
+    version: int
 
 
 class _Batch:
@@ -69,6 +82,13 @@ class _Batch:
         self.logits = torch.cat([self.logits, logits])
         self.rows.extend(rows)
 
+    def row_kv(self, j: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Row ``j``'s keys and values at the columns it attends to, layer by layer (empty if unmergeable)."""
+        if not _mergeable(self.cache):
+            return []
+        cols = self.mask[j].nonzero().squeeze(1)
+        return [(layer.keys[j][:, cols], layer.values[j][:, cols]) for layer in self.cache.layers]
+
     def select(self, keep: list[int], device: torch.device) -> None:
         """Keep these rows; cache columns that only the rows gone attended to are cut off."""
         self.rows = [self.rows[j] for j in keep]
@@ -83,6 +103,24 @@ class _Batch:
             self.mask = self.mask[:, start:]
             for layer in self.cache.layers:
                 layer.keys, layer.values = layer.keys[..., start:, :], layer.values[..., start:, :]
+
+
+def _past_cache(prefixes: list[_Prefix | None], width: int, device: torch.device) -> Any:
+    """A KV cache of the rows' prefixes, each right-aligned in ``width`` columns (zeros before it)."""
+    from transformers import DynamicCache
+
+    known = next(p for p in prefixes if p is not None)
+    layers = []
+    for layer, (k0, v0) in enumerate(known.kv):
+        keys = k0.new_zeros((len(prefixes), k0.shape[0], width, k0.shape[-1]), device=device)
+        values = v0.new_zeros((len(prefixes), v0.shape[0], width, v0.shape[-1]), device=device)
+        for i, p in enumerate(prefixes):
+            if p is not None:
+                k, v = p.kv[layer]
+                keys[i, :, width - k.shape[-2] :] = k
+                values[i, :, width - v.shape[-2] :] = v
+        layers.append((keys, values))
+    return DynamicCache(ddp_cache_data=layers)
 
 
 def _pad_left(t: torch.Tensor, width: int) -> torch.Tensor:
@@ -191,6 +229,9 @@ class TransformersEngine(Engine):
         self._inbox: collections.deque[_Request] = collections.deque()
         self._wake: asyncio.Event | None = None
         self._worker: asyncio.Task[None] | None = None
+        self._prefixes: collections.OrderedDict[str, _Prefix] = collections.OrderedDict()
+        self.max_prefixes = 4 * max_batch_size
+        """Finished rows' KV caches kept for their trajectories' next turns (continuous scheduling)."""
 
     @classmethod
     def from_pretrained(
@@ -218,7 +259,7 @@ class TransformersEngine(Engine):
                 f"request {request_id!r}: stop strings {params.stop} need the engine's tokenizer, which is unset"
             )
         loop = asyncio.get_running_loop()
-        request = _Request(list(prompt_ids), params, loop.create_future())
+        request = _Request(list(prompt_ids), params, loop.create_future(), request_id=request_id)
         wake = self._wake_for(loop)
         self._inbox.append(request)  # deque appends are atomic: the decoding thread reads it between steps
         wake.set()
@@ -303,6 +344,9 @@ class TransformersEngine(Engine):
                     self._finish(r, "length")
                 else:
                     keep.append(j)
+                    continue
+                if r.request_id and self.scheduling == "continuous":
+                    self._keep_prefix(r, batch.row_kv(j))
             if len(keep) < len(batch.rows):
                 batch.select(keep, self.device)
                 tokens = tokens[torch.tensor(keep, dtype=torch.long, device=self.device)]
@@ -332,21 +376,51 @@ class TransformersEngine(Engine):
         for r in new:
             if r.params.seed is not None:
                 r.generator = torch.Generator(device=self.device).manual_seed(r.params.seed)
-        width = max(len(r.prompt_ids) for r in new)
+        prefixes = [self._take_prefix(r) for r in new]
+        cached = [len(p.ids) if p else 0 for p in prefixes]
+        suffix = [len(r.prompt_ids) - c for r, c in zip(new, cached)]
+        self.stats.reused_tokens += sum(cached)
+        # Row i: [pads][its cached prefix] [pads][the rest of its prompt]; pads are masked out, and the
+        # positions count real tokens only, so every row sees the positions it would alone.
+        past, width = max(cached), max(suffix)
         ids = torch.full((len(new), width), self.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((len(new), width), dtype=torch.long)
-        for i, r in enumerate(new):
-            ids[i, width - len(r.prompt_ids) :] = torch.tensor(r.prompt_ids)
-            mask[i, width - len(r.prompt_ids) :] = 1
+        mask = torch.zeros((len(new), past + width), dtype=torch.long)
+        for i, (r, c, n) in enumerate(zip(new, cached, suffix)):
+            ids[i, width - n :] = torch.tensor(r.prompt_ids[c:])
+            mask[i, past - c : past] = 1
+            mask[i, past + width - n :] = 1
         ids, mask = ids.to(self.device), mask.to(self.device)
-        # Positions count real tokens only, so a left-padded row sees the positions it would alone.
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, past:]
+        cache = _past_cache(prefixes, past, self.device) if past else None
         try:
-            logits, cache = self._forward(ids, mask, positions, None)
+            logits, cache = self._forward(ids, mask, positions, cache)
         except Exception:
             batch.rows.extend(new)  # they fail with the batch
             raise
         batch.merge(new, logits, cache, mask, positions[:, -1:])
+
+    def _weights_version(self) -> int:
+        """Changes whenever a parameter is written in place (an optimizer step, a weight sync)."""
+        return sum(p._version for p in self.model.parameters())
+
+    def _keep_prefix(self, r: _Request, kv: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        # The cache covers the prompt and every token but the last, which was sampled, not yet fed.
+        ids = r.prompt_ids + r.tokens[:-1]
+        if kv and kv[0][0].shape[-2] == len(ids):
+            self._prefixes[r.request_id] = _Prefix(ids, kv, self._weights_version())
+            self._prefixes.move_to_end(r.request_id)
+            while len(self._prefixes) > self.max_prefixes:
+                self._prefixes.popitem(last=False)
+
+    def _take_prefix(self, r: _Request) -> _Prefix | None:
+        """The KV cache of this trajectory's previous turn, if this prompt continues it under the same weights."""
+        prefix = self._prefixes.pop(r.request_id, None) if r.request_id else None
+        if prefix is None or prefix.version != self._weights_version():
+            return None
+        n = len(prefix.ids)
+        if n >= len(r.prompt_ids) or r.prompt_ids[:n] != prefix.ids:
+            return None
+        return prefix
 
     def _hit_stop(self, r: _Request) -> bool:
         """Whether the token just sampled completes a stop string. Only the tail is decoded: a string
