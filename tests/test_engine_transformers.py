@@ -424,3 +424,17 @@ async def test_a_kept_cache_is_not_reused_after_the_weights_change_or_the_histor
     edited_gen = await engine.generate(edited, GREEDY, request_id="a")
     assert engine.stats.reused_tokens == 0
     assert edited_gen.token_ids == hf_greedy(model, edited, GREEDY.max_tokens)
+
+
+async def test_kept_caches_stay_within_their_memory_budget(model):
+    engine = TransformersEngine(model)
+    gens = await asyncio.gather(*(engine.generate(p, GREEDY, request_id=f"k{i}") for i, p in enumerate(PROMPTS)))
+    one_row = engine._prefix_bytes / len(PROMPTS)
+    assert len(engine._prefixes) == len(PROMPTS) and one_row > 0
+    engine.max_prefix_bytes = int(2.5 * one_row)  # room for about two of them: the oldest go first
+    await engine.generate(PROMPTS[0], GREEDY, request_id="k9")
+    assert engine._prefix_bytes <= engine.max_prefix_bytes and len(engine._prefixes) <= 2
+    assert "k9" in engine._prefixes
+    prompt = PROMPTS[0] + gens[0].token_ids + [4]
+    gen = await engine.generate(prompt, GREEDY, request_id="k0")  # its cache was evicted: a full prefill
+    assert engine.stats.reused_tokens == 0 and gen.token_ids == hf_greedy(model, prompt, GREEDY.max_tokens)

@@ -55,6 +55,10 @@ class _Prefix:
     kv: list[tuple[torch.Tensor, torch.Tensor]]
     version: int
 
+    @property
+    def nbytes(self) -> int:
+        return sum(k.nbytes + v.nbytes for k, v in self.kv)
+
 
 class _Batch:
     """The rows decoding together: their requests, last logits, attention mask, positions and KV cache."""
@@ -230,8 +234,11 @@ class TransformersEngine(Engine):
         self._wake: asyncio.Event | None = None
         self._worker: asyncio.Task[None] | None = None
         self._prefixes: collections.OrderedDict[str, _Prefix] = collections.OrderedDict()
+        self._prefix_bytes = 0
         self.max_prefixes = 4 * max_batch_size
         """Finished rows' KV caches kept for their trajectories' next turns (continuous scheduling)."""
+        self.max_prefix_bytes = 512 << 20
+        """...and the memory they may hold together; the least recently kept go first."""
 
     @classmethod
     def from_pretrained(
@@ -339,14 +346,15 @@ class TransformersEngine(Engine):
                 r.tokens.append(tok)
                 r.logprobs.append(lp)
                 if tok in r.params.stop_token_ids or (r.params.stop and self._hit_stop(r)):
-                    self._finish(r, "stop")
+                    reason: Literal["stop", "length"] = "stop"
                 elif len(r.tokens) >= r.params.max_tokens:
-                    self._finish(r, "length")
+                    reason = "length"
                 else:
                     keep.append(j)
                     continue
-                if r.request_id and self.scheduling == "continuous":
+                if r.request_id and self.scheduling == "continuous":  # kept before the caller can send its next turn
                     self._keep_prefix(r, batch.row_kv(j))
+                self._finish(r, reason)
             if len(keep) < len(batch.rows):
                 batch.select(keep, self.device)
                 tokens = tokens[torch.tensor(keep, dtype=torch.long, device=self.device)]
@@ -407,15 +415,28 @@ class TransformersEngine(Engine):
         # The cache covers the prompt and every token but the last, which was sampled, not yet fed.
         ids = r.prompt_ids + r.tokens[:-1]
         if kv and kv[0][0].shape[-2] == len(ids):
-            self._prefixes[r.request_id] = _Prefix(ids, kv, self._weights_version())
-            self._prefixes.move_to_end(r.request_id)
-            while len(self._prefixes) > self.max_prefixes:
-                self._prefixes.popitem(last=False)
+            self._drop_prefix(r.request_id)
+            self._prefixes[r.request_id] = prefix = _Prefix(ids, kv, self._weights_version())
+            self._prefix_bytes += prefix.nbytes
+            while self._prefixes and (
+                len(self._prefixes) > self.max_prefixes or self._prefix_bytes > self.max_prefix_bytes
+            ):
+                self._drop_prefix(next(iter(self._prefixes)))
+
+    def _drop_prefix(self, request_id: str) -> _Prefix | None:
+        prefix = self._prefixes.pop(request_id, None)
+        if prefix is not None:
+            self._prefix_bytes -= prefix.nbytes
+        return prefix
 
     def _take_prefix(self, r: _Request) -> _Prefix | None:
         """The KV cache of this trajectory's previous turn, if this prompt continues it under the same weights."""
-        prefix = self._prefixes.pop(r.request_id, None) if r.request_id else None
-        if prefix is None or prefix.version != self._weights_version():
+        prefix = self._drop_prefix(r.request_id) if r.request_id else None
+        if prefix is None:
+            return None
+        if prefix.version != self._weights_version():  # new weights: every cache kept is stale
+            for request_id in list(self._prefixes):
+                self._drop_prefix(request_id)
             return None
         n = len(prefix.ids)
         if n >= len(r.prompt_ids) or r.prompt_ids[:n] != prefix.ids:
