@@ -340,10 +340,24 @@ def _cancel_requested(task: asyncio.Task[Any]) -> bool:
     return True if cancelling is None else cancelling() > 0
 
 
+_VALIDATORS: dict[int, tuple[dict[str, Any], Any]] = {}
+_MAX_VALIDATORS = 1024
+
+
+def _validator(schema: dict[str, Any]) -> Any:
+    """One validator per schema object, built once: building one costs more than validating a call."""
+    entry = _VALIDATORS.get(id(schema))
+    if entry is None or entry[0] is not schema:  # the schema is held, so its id is not reused meanwhile
+        if len(_VALIDATORS) >= _MAX_VALIDATORS:
+            _VALIDATORS.clear()
+        entry = (schema, jsonschema.validators.validator_for(schema)(schema))
+        _VALIDATORS[id(schema)] = entry
+    return entry[1]
+
+
 def _schema_problem(tool: Tool, arguments: Any) -> str | None:
     """Every way ``arguments`` breaks the tool's schema, each naming its argument; ``None`` if valid."""
-    validator_class = jsonschema.validators.validator_for(tool.parameters)
-    errors = sorted(validator_class(tool.parameters).iter_errors(arguments), key=jsonschema.exceptions.relevance)
+    errors = sorted(_validator(tool.parameters).iter_errors(arguments), key=jsonschema.exceptions.relevance)
     if not errors:
         return None
     parts = []

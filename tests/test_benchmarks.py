@@ -107,3 +107,36 @@ def test_trl_comparison_runs_both_trainers_for_a_few_steps(tmp_path):
         assert all(0.0 <= r <= 1.0 for r in trainer["per_step"]["reward_mean"])
         assert trainer["per_step"]["seconds"] == sorted(trainer["per_step"]["seconds"])
         assert trainer["reached"] is (trainer["steps_to_target"] is not None)
+
+
+def test_engine_throughput_runs_both_engines_on_the_same_workload(tmp_path):
+    out = tmp_path / "engine.json"
+    args = [
+        "--trajectories",
+        "6",
+        "--turns",
+        "2",
+        "--prompt",
+        "20",
+        "--min-tokens",
+        "2",
+        "--max-tokens",
+        "6",
+        "--repeats",
+        "1",
+    ]
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "engine_throughput.py"), *args, "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "continuous / static:" in proc.stdout and "same tokens from both: True" in proc.stdout
+    result = json.loads(out.read_text())
+    static, cont = result["static"], result["continuous"]
+    assert static["requests"] == cont["requests"] == 12 and static["tokens"] == cont["tokens"]
+    assert static["joins_per_run"] == 0 and static["reused_prompt_tokens_per_run"] == 0
+    assert cont["reused_prompt_tokens_per_run"] > 0  # the second turns continued the first ones' caches
+    assert result["ratio"]["tokens_per_s"] == cont["tokens_per_s"] / static["tokens_per_s"]

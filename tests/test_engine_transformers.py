@@ -279,3 +279,162 @@ async def test_stop_string_ends_generation_at_the_token_that_completes_it(model)
     assert other.token_ids == hf_greedy(model, PROMPTS[0], 12) and other.finish_reason == "length"
     with pytest.raises(ValueError, match="stop strings .* need the engine's tokenizer"):
         await TransformersEngine(model).generate(PROMPTS[0], SamplingParams(max_tokens=3, stop=["x"]))
+
+
+async def submit_after_passes(model, engine, passes: int, prompt: list[int], params: SamplingParams):
+    """Send ``prompt`` once the engine has run ``passes`` forward passes, i.e. while other rows decode."""
+    loop = asyncio.get_running_loop()
+    reached = asyncio.Event()
+    count = 0
+
+    def hook(*_):
+        nonlocal count
+        count += 1
+        if count == passes:
+            loop.call_soon_threadsafe(reached.set)
+
+    handle = model.register_forward_hook(hook)
+    try:
+        await reached.wait()
+    finally:
+        handle.remove()
+    return await engine.generate(prompt, params)
+
+
+async def test_a_request_joins_rows_already_decoding_and_leaves_before_them(model):
+    """Continuous batching: the late request is prefilled between decode steps, decodes alongside the
+    long row and is answered long before it; both stay token-exact against HF generate alone."""
+    engine = TransformersEngine(model)
+    long_params = SamplingParams(temperature=0.0, max_tokens=120)
+    done: list[str] = []
+
+    async def tracked(name, coro):
+        gen = await coro
+        done.append(name)
+        return gen
+
+    long, late = await asyncio.gather(
+        tracked("long", engine.generate(PROMPTS[1], long_params)),
+        tracked("late", submit_after_passes(model, engine, 5, PROMPTS[0], GREEDY)),
+    )
+    assert done == ["late", "long"]
+    assert engine.stats.joins == 1 and engine.stats.batches == 2
+    assert long.token_ids == hf_greedy(model, PROMPTS[1], 120)
+    assert late.token_ids == hf_greedy(model, PROMPTS[0], GREEDY.max_tokens)
+    # 120 passes for the long row, 1 prefill for the late one: it never ran a batch of its own
+    assert engine.stats.forward_passes == 121
+
+
+async def test_static_scheduling_makes_a_late_request_wait_for_the_batch(model):
+    """The former engine, kept as the benchmark's peer: the late request starts after the long row ends."""
+    engine = TransformersEngine(model, scheduling="static")
+    long, late = await asyncio.gather(
+        engine.generate(PROMPTS[1], SamplingParams(temperature=0.0, max_tokens=40)),
+        submit_after_passes(model, engine, 5, PROMPTS[0], GREEDY),
+    )
+    assert engine.stats.joins == 0 and engine.stats.batches == 2
+    assert engine.stats.forward_passes == 40 + GREEDY.max_tokens
+    assert late.token_ids == hf_greedy(model, PROMPTS[0], GREEDY.max_tokens)
+    assert long.token_ids == hf_greedy(model, PROMPTS[1], 40)
+    with pytest.raises(ValueError, match="scheduling: 'paged' is not one of continuous, static"):
+        TransformersEngine(model, scheduling="paged")
+
+
+async def test_seeded_rows_are_reproducible_whatever_joins_or_leaves(model):
+    """Same seed, same tokens: alone, joining a running batch with a longer prompt, and hosting joiners."""
+    engine = TransformersEngine(model)
+    params = SamplingParams(temperature=0.8, top_p=0.95, max_tokens=24, seed=7)
+    host_params = SamplingParams(temperature=1.0, max_tokens=60, seed=11)
+    alone = await engine.generate(PROMPTS[3], params)
+    host_alone = await engine.generate(PROMPTS[1], host_params)
+    host, joined, short_joined = await asyncio.gather(
+        engine.generate(PROMPTS[1], host_params),
+        submit_after_passes(model, engine, 3, PROMPTS[3], params),
+        # a row that leaves early, so columns only it used are cut while the others decode
+        submit_after_passes(model, engine, 2, list(range(20, 60)), SamplingParams(temperature=1.0, max_tokens=3)),
+    )
+    assert engine.stats.joins >= 2
+    assert joined.token_ids == alone.token_ids and host.token_ids == host_alone.token_ids
+    assert joined.logprobs == pytest.approx(alone.logprobs, abs=1e-4)
+    assert host.logprobs == pytest.approx(host_alone.logprobs, abs=1e-4)
+    assert len(short_joined.token_ids) == 3
+
+
+async def test_logprobs_of_a_joined_row_equal_the_trainers_recomputation(model):
+    """What the trainer recomputes (one forward pass over prompt + completion at temperature T) is what
+    the engine reported for a row that was merged into a running batch."""
+    engine = TransformersEngine(model)
+    params = SamplingParams(temperature=0.7, max_tokens=16, seed=3)
+    _, joined = await asyncio.gather(
+        engine.generate(PROMPTS[0], SamplingParams(temperature=1.0, max_tokens=50, seed=1)),
+        submit_after_passes(model, engine, 4, PROMPTS[2], params),
+    )
+    assert engine.stats.joins == 1
+    want = forward_logp(model, PROMPTS[2], joined.token_ids, temperature=0.7)
+    assert joined.logprobs == pytest.approx(want, abs=1e-4)
+
+
+async def test_next_turn_reuses_the_previous_turns_kv_cache_exactly(model):
+    """A trajectory's next turn (same request id, a prompt that continues the last one) prefills only
+    the new tokens; its tokens and logprobs are those of a fresh prefill over the whole prompt."""
+    engine = TransformersEngine(model)
+    first = await engine.generate(PROMPTS[1], GREEDY, request_id="t0")
+    prompt = PROMPTS[1] + first.token_ids + [7, 77, 177]  # as a tool result appends an observation
+    params = SamplingParams(temperature=0.9, max_tokens=10, seed=5)
+    second = await engine.generate(prompt, params, request_id="t0")
+    assert engine.stats.reused_tokens == len(PROMPTS[1]) + GREEDY.max_tokens - 1
+    fresh = await TransformersEngine(model).generate(prompt, params)
+    assert second.token_ids == fresh.token_ids
+    assert second.logprobs == pytest.approx(forward_logp(model, prompt, second.token_ids, 0.9), abs=1e-4)
+    third_prompt = prompt + second.token_ids + [3]
+    third = await engine.generate(third_prompt, GREEDY, request_id="t0")
+    assert third.token_ids == hf_greedy(model, third_prompt, GREEDY.max_tokens)
+    assert engine.stats.reused_tokens == len(PROMPTS[1]) + GREEDY.max_tokens - 1 + len(prompt) + 10 - 1
+
+
+async def test_reused_and_fresh_rows_prefill_together_and_stay_exact(model):
+    """Rows with cached prefixes of different lengths and rows without one share one prefill."""
+    engine = TransformersEngine(model)
+    firsts = await asyncio.gather(
+        *(
+            engine.generate(p, SamplingParams(temperature=0.0, max_tokens=n), request_id=f"r{i}")
+            for i, (p, n) in enumerate(zip(PROMPTS, (3, 9, 5, 1)))
+        )
+    )
+    prompts = [p + g.token_ids + [11] * (i + 1) for i, (p, g) in enumerate(zip(PROMPTS, firsts))]
+    prompts.append([9, 8, 7, 6, 5, 4])  # a new trajectory
+    before = engine.stats.batches
+    seconds = await asyncio.gather(*(engine.generate(p, GREEDY, request_id=f"r{i}") for i, p in enumerate(prompts)))
+    assert engine.stats.batches == before + 1
+    assert engine.stats.reused_tokens == sum(len(p) + n - 1 for p, n in zip(PROMPTS, (3, 9, 5, 1)))
+    assert [g.token_ids for g in seconds] == [hf_greedy(model, p, GREEDY.max_tokens) for p in prompts]
+
+
+async def test_a_kept_cache_is_not_reused_after_the_weights_change_or_the_history_does(model):
+    trained = tiny_qwen3(seed=2)
+    engine = TransformersEngine(trained)
+    first = await engine.generate(PROMPTS[0], GREEDY, request_id="a")
+    await engine.generate(PROMPTS[2], GREEDY, request_id="b")
+    trained.load_state_dict(model.state_dict())  # a weight sync between steps, same request ids
+    prompt = PROMPTS[0] + first.token_ids + [5]
+    again = await engine.generate(prompt, GREEDY, request_id="a")
+    assert engine.stats.reused_tokens == 0  # the cache of the old weights was dropped
+    assert again.token_ids == hf_greedy(model, prompt, GREEDY.max_tokens)
+    edited = [PROMPTS[0][0] + 1, *prompt[1:], *again.token_ids]  # not a continuation of what "a" last saw
+    edited_gen = await engine.generate(edited, GREEDY, request_id="a")
+    assert engine.stats.reused_tokens == 0
+    assert edited_gen.token_ids == hf_greedy(model, edited, GREEDY.max_tokens)
+
+
+async def test_kept_caches_stay_within_their_memory_budget(model):
+    engine = TransformersEngine(model)
+    gens = await asyncio.gather(*(engine.generate(p, GREEDY, request_id=f"k{i}") for i, p in enumerate(PROMPTS)))
+    one_row = engine._prefix_bytes / len(PROMPTS)
+    assert len(engine._prefixes) == len(PROMPTS) and one_row > 0
+    engine.max_prefix_bytes = int(2.5 * one_row)  # room for about two of them: the oldest go first
+    await engine.generate(PROMPTS[0], GREEDY, request_id="k9")
+    assert engine._prefix_bytes <= engine.max_prefix_bytes and len(engine._prefixes) <= 2
+    assert "k9" in engine._prefixes
+    prompt = PROMPTS[0] + gens[0].token_ids + [4]
+    gen = await engine.generate(prompt, GREEDY, request_id="k0")  # its cache was evicted: a full prefill
+    assert engine.stats.reused_tokens == 0 and gen.token_ids == hf_greedy(model, prompt, GREEDY.max_tokens)

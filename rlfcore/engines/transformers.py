@@ -9,6 +9,7 @@ generating from its newest weights at the next batch.
 from __future__ import annotations
 
 import asyncio
+import collections
 import inspect
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -22,9 +23,13 @@ _CLOSED = "TransformersEngine was closed before this request ran"
 
 @dataclass
 class EngineStats:
-    """Counters a benchmark or a test reads: batches run, requests served, forward passes, tokens made."""
+    """Counters a benchmark or a test reads: prefills run (``batches``), requests served, requests that
+    joined rows already decoding, forward passes, tokens made."""
 
     batches: int = 0
+    joins: int = 0
+    reused_tokens: int = 0
+    """Prompt tokens whose KV cache came from the trajectory's previous turn instead of a prefill."""
     requests: int = 0
     forward_passes: int = 0
     generated_tokens: int = 0
@@ -38,6 +43,107 @@ class _Request:
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     generator: torch.Generator | None = None
+    request_id: str = ""
+
+
+@dataclass
+class _Prefix:
+    """A finished row's KV cache, kept for its trajectory's next turn: the ids it covers, each layer's
+    keys and values ``[heads, len(ids), head_dim]``, and the weights' version it was computed with."""
+
+    ids: list[int]
+    kv: list[tuple[torch.Tensor, torch.Tensor]]
+    version: int
+
+    @property
+    def nbytes(self) -> int:
+        return sum(k.nbytes + v.nbytes for k, v in self.kv)
+
+
+class _Batch:
+    """The rows decoding together: their requests, last logits, attention mask, positions and KV cache."""
+
+    def __init__(self) -> None:
+        self.rows: list[_Request] = []
+        self.logits = torch.empty(0)
+        self.mask = torch.empty(0, dtype=torch.long)
+        self.positions = torch.empty(0, dtype=torch.long)
+        self.cache: Any = None
+
+    def merge(
+        self, rows: list[_Request], logits: torch.Tensor, cache: Any, mask: torch.Tensor, positions: torch.Tensor
+    ) -> None:
+        """Append freshly prefilled rows; the shorter side's mask and KV rows are left-padded to match."""
+        if not self.rows:
+            self.rows, self.logits, self.cache, self.mask, self.positions = list(rows), logits, cache, mask, positions
+            return
+        width = max(self.mask.shape[1], mask.shape[1])
+        for layer, other in zip(self.cache.layers, cache.layers, strict=True):
+            layer.keys = torch.cat([_pad_left(layer.keys, width), _pad_left(other.keys, width)])
+            layer.values = torch.cat([_pad_left(layer.values, width), _pad_left(other.values, width)])
+        self.mask = torch.cat([_pad_left(self.mask, width), _pad_left(mask, width)])
+        self.positions = torch.cat([self.positions, positions])
+        self.logits = torch.cat([self.logits, logits])
+        self.rows.extend(rows)
+
+    def row_kv(self, j: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Row ``j``'s keys and values at the columns it attends to, layer by layer (empty if unmergeable)."""
+        if not _mergeable(self.cache):
+            return []
+        cols = self.mask[j].nonzero().squeeze(1)
+        return [(layer.keys[j][:, cols], layer.values[j][:, cols]) for layer in self.cache.layers]
+
+    def select(self, keep: list[int], device: torch.device) -> None:
+        """Keep these rows; cache columns that only the rows gone attended to are cut off."""
+        self.rows = [self.rows[j] for j in keep]
+        if not self.rows:
+            self.cache = None
+            return
+        index = torch.tensor(keep, dtype=torch.long, device=device)
+        self.cache.batch_select_indices(index)
+        self.mask, self.positions, self.logits = self.mask[index], self.positions[index], self.logits[index]
+        start = int(self.mask.any(dim=0).int().argmax())  # the first column some row still attends to
+        if start > 0 and _mergeable(self.cache):
+            self.mask = self.mask[:, start:]
+            for layer in self.cache.layers:
+                layer.keys, layer.values = layer.keys[..., start:, :], layer.values[..., start:, :]
+
+
+def _past_cache(prefixes: list[_Prefix | None], width: int, device: torch.device) -> Any:
+    """A KV cache of the rows' prefixes, each right-aligned in ``width`` columns (zeros before it)."""
+    from transformers import DynamicCache
+
+    known = next(p for p in prefixes if p is not None)
+    layers = []
+    for layer, (k0, v0) in enumerate(known.kv):
+        keys = k0.new_zeros((len(prefixes), k0.shape[0], width, k0.shape[-1]), device=device)
+        values = v0.new_zeros((len(prefixes), v0.shape[0], width, v0.shape[-1]), device=device)
+        for i, p in enumerate(prefixes):
+            if p is not None:
+                k, v = p.kv[layer]
+                keys[i, :, width - k.shape[-2] :] = k
+                values[i, :, width - v.shape[-2] :] = v
+        layers.append((keys, values))
+    return DynamicCache(ddp_cache_data=layers)
+
+
+def _pad_left(t: torch.Tensor, width: int) -> torch.Tensor:
+    """``t`` (a mask ``[B, L]`` or KV ``[B, H, L, D]``) with zero columns before its ``L`` up to ``width``."""
+    dim = 1 if t.dim() == 2 else -2
+    missing = width - t.shape[dim]
+    if missing == 0:
+        return t
+    shape = list(t.shape)
+    shape[dim] = missing
+    return torch.cat([t.new_zeros(shape), t], dim=dim)
+
+
+def _mergeable(cache: Any) -> bool:
+    """Whether every layer of ``cache`` is a plain growing KV cache, whose columns may be padded or cut."""
+    from transformers.cache_utils import DynamicLayer
+
+    layers = getattr(cache, "layers", None)
+    return layers is not None and all(type(layer) is DynamicLayer for layer in layers)
 
 
 _DTYPES = {"auto": torch.float32, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -63,18 +169,22 @@ def resolve_device(device: str | torch.device) -> torch.device:
 
 
 class TransformersEngine(Engine):
-    """Batched sampling from a Hugging Face causal LM with a KV cache.
+    """Continuously batched sampling from a Hugging Face causal LM with a KV cache.
 
-    Batching: a request waits ``batch_wait_s`` (a few ms) for others, then up to ``max_batch_size``
-    waiting requests are left-padded into one batch; requests that arrive while a batch runs form the
-    next one. Rows of a batch may have different sampling params, stop tokens and ``max_tokens``.
-    A row that finishes is dropped from the batch (its KV cache rows are removed) and its caller is
-    answered at once, so its tool calls can start while the other rows are still generating.
+    Scheduling (``scheduling="continuous"``, the default): the batch is refilled between decode steps.
+    A request that arrives while others decode is prefilled at the next step, its KV cache rows are
+    merged into the running cache (left-padded to a common length) and it decodes alongside them; a row
+    that finishes leaves at once (its KV rows are removed) and its caller is answered, so in a multi-turn
+    rollout a trajectory back from a tool call never waits for another one's tail. Up to
+    ``max_batch_size`` rows decode together; the rest wait their turn. From idle, a request waits
+    ``batch_wait_s`` (a few ms) for others, so a step's first turns are prefilled together.
+    ``scheduling="static"`` is the former engine, kept as the peer of ``benchmarks/engine_throughput.py``:
+    requests that arrive while a batch decodes wait for all of it to finish.
 
     The forward passes run in a worker thread, so the event loop keeps serving tool calls meanwhile.
-    During a batch the model is in eval mode under ``torch.no_grad()``; each module's training flag is
-    restored afterwards. (``no_grad``, not ``inference_mode``: buffers a forward pass may rewrite, such
-    as dynamic RoPE frequencies, must stay usable by the trainer's autograd.)
+    While rows decode the model is in eval mode under ``torch.no_grad()``; each module's training flag is
+    restored when the engine falls idle. (``no_grad``, not ``inference_mode``: buffers a forward pass may
+    rewrite, such as dynamic RoPE frequencies, must stay usable by the trainer's autograd.)
 
     Logprobs are those of the model's distribution at the request's temperature,
     ``log_softmax(logits / T)``, *before* top-k/top-p filtering, as the trainer computes them (vLLM
@@ -97,9 +207,12 @@ class TransformersEngine(Engine):
         pad_token_id: int | None = None,
         threads: int | None = None,
         tokenizer: Any = None,
+        scheduling: Literal["continuous", "static"] = "continuous",
     ):
         if max_batch_size < 1:
             raise ValueError(f"max_batch_size must be at least 1, got {max_batch_size}")
+        if scheduling not in ("continuous", "static"):
+            raise ValueError(f"scheduling: {scheduling!r} is not one of continuous, static")
         self.model = model
         if device is not None:
             self.device = resolve_device(device)
@@ -109,15 +222,23 @@ class TransformersEngine(Engine):
         self.max_batch_size = max_batch_size
         self.batch_wait_s = batch_wait_s
         self.tokenizer = tokenizer
+        self.scheduling = scheduling
         self.threads = threads
-        """torch's intra-op threads while a batch decodes (``None``: leave them as they are)."""
+        """torch's intra-op threads while rows decode (``None``: leave them as they are)."""
         config_pad = getattr(model.config, "pad_token_id", None)
         self.pad_token_id = pad_token_id if pad_token_id is not None else (config_pad if config_pad is not None else 0)
         self.stats = EngineStats()
         self._logits_to_keep = "logits_to_keep" in inspect.signature(model.forward).parameters
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._queue: asyncio.Queue[_Request] | None = None
+        self._inbox: collections.deque[_Request] = collections.deque()
+        self._wake: asyncio.Event | None = None
         self._worker: asyncio.Task[None] | None = None
+        self._prefixes: collections.OrderedDict[str, _Prefix] = collections.OrderedDict()
+        self._prefix_bytes = 0
+        self.max_prefixes = 4 * max_batch_size
+        """Finished rows' KV caches kept for their trajectories' next turns (continuous scheduling)."""
+        self.max_prefix_bytes = 512 << 20
+        """...and the memory they may hold together; the least recently kept go first."""
 
     @classmethod
     def from_pretrained(
@@ -145,62 +266,59 @@ class TransformersEngine(Engine):
                 f"request {request_id!r}: stop strings {params.stop} need the engine's tokenizer, which is unset"
             )
         loop = asyncio.get_running_loop()
-        request = _Request(list(prompt_ids), params, loop.create_future())
-        self._queue_for(loop).put_nowait(request)
+        request = _Request(list(prompt_ids), params, loop.create_future(), request_id=request_id)
+        wake = self._wake_for(loop)
+        self._inbox.append(request)  # deque appends are atomic: the decoding thread reads it between steps
+        wake.set()
         return await request.future
 
     async def close(self) -> None:
-        """Stop batching; requests still waiting fail. A batch already running finishes in its thread."""
+        """Stop serving; requests still waiting fail. Rows already decoding finish in their thread."""
         if self._worker is not None:
-            self._worker.cancel()  # fails the requests it gathered but had not started
-        if self._queue is not None:
-            while not self._queue.empty():
-                _fail(self._queue.get_nowait(), RuntimeError(_CLOSED))
-        self._worker = self._queue = self._loop = None
+            self._worker.cancel()
+        self._fail_waiting()
+        self._worker = self._wake = self._loop = None
 
-    # --- batching (event loop side) ---------------------------------------------------------------
+    # --- serving (event loop side) ----------------------------------------------------------------
 
-    def _queue_for(self, loop: asyncio.AbstractEventLoop) -> asyncio.Queue[_Request]:
+    def _wake_for(self, loop: asyncio.AbstractEventLoop) -> asyncio.Event:
         # A trainer may run each rollout under its own asyncio.run: a new loop needs its own worker.
-        if self._loop is not loop or self._worker is None or self._worker.done():
+        if self._loop is not loop or self._worker is None or self._worker.done() or self._wake is None:
             self._loop = loop
-            self._queue = asyncio.Queue()
-            self._worker = loop.create_task(self._serve(self._queue, loop))
-        assert self._queue is not None
-        return self._queue
+            self._inbox = collections.deque()  # a thread still decoding for a loop that is gone keeps the old one
+            self._wake = asyncio.Event()
+            self._worker = loop.create_task(self._serve(self._wake, self._inbox))
+        return self._wake
 
-    async def _serve(self, queue: asyncio.Queue[_Request], loop: asyncio.AbstractEventLoop) -> None:
+    def _fail_waiting(self) -> None:
+        while self._inbox:
+            _fail(self._inbox.popleft(), RuntimeError(_CLOSED))
+
+    async def _serve(self, wake: asyncio.Event, inbox: collections.deque[_Request]) -> None:
         while True:
-            batch = [await queue.get()]
-            try:
-                if queue.qsize() + 1 < self.max_batch_size:
-                    await asyncio.sleep(self.batch_wait_s)
-            except asyncio.CancelledError:
-                for request in batch:
-                    _fail(request, RuntimeError(_CLOSED))
-                raise
-            while len(batch) < self.max_batch_size and not queue.empty():
-                batch.append(queue.get_nowait())
-            batch = [r for r in batch if not r.future.done()]  # callers that were cancelled meanwhile
-            if not batch:
-                continue
-            try:
-                await asyncio.to_thread(self._run_batch, batch, loop)
-            except Exception as exc:  # the whole batch fails together, e.g. out of memory
-                for request in batch:
-                    _fail(request, exc)
+            await wake.wait()
+            wake.clear()
+            if len(inbox) < self.max_batch_size:
+                await asyncio.sleep(self.batch_wait_s)  # from idle: let a step's first turns gather
+            if inbox:
+                await asyncio.to_thread(self._run, inbox)
 
-    # --- one batch (worker thread) ----------------------------------------------------------------
+    # --- decoding (worker thread) -----------------------------------------------------------------
 
-    def _run_batch(self, batch: list[_Request], loop: asyncio.AbstractEventLoop) -> None:
+    def _run(self, inbox: collections.deque[_Request]) -> None:
+        """Decode until no row is left and nothing waits; a failing forward fails the rows it held."""
         modes = [(m, m.training) for m in self.model.modules()]
         self.model.eval()
         threads = torch.get_num_threads()
         if self.threads is not None:
             torch.set_num_threads(self.threads)
+        batch = _Batch()
         try:
             with torch.no_grad():
-                self._decode(batch, loop)
+                self._decode(batch, inbox)
+        except Exception as exc:  # e.g. out of memory: these rows fail, later requests start afresh
+            for r in batch.rows:
+                r.future.get_loop().call_soon_threadsafe(_fail, r, exc)
         finally:
             torch.set_num_threads(threads)
             for module, training in modes:
@@ -216,46 +334,114 @@ class TransformersEngine(Engine):
         self.stats.forward_passes += 1
         return out.logits[:, -1, :].float(), out.past_key_values
 
-    def _decode(self, batch: list[_Request], loop: asyncio.AbstractEventLoop) -> None:
-        self.stats.batches += 1
-        self.stats.requests += len(batch)
-        for r in batch:
-            if r.params.seed is not None:
-                r.generator = torch.Generator(device=self.device).manual_seed(r.params.seed)
-        width = max(len(r.prompt_ids) for r in batch)
-        ids = torch.full((len(batch), width), self.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for i, r in enumerate(batch):
-            ids[i, width - len(r.prompt_ids) :] = torch.tensor(r.prompt_ids)
-            mask[i, width - len(r.prompt_ids) :] = 1
-        ids, mask = ids.to(self.device), mask.to(self.device)
-        # Positions count real tokens only, so a left-padded row sees the positions it would alone.
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        logits, cache = self._forward(ids, mask, positions, None)
-        positions = positions[:, -1:]
-        rows = list(batch)
+    def _decode(self, batch: _Batch, inbox: collections.deque[_Request]) -> None:
         while True:
-            tokens, logprobs = self._sample(logits, rows)
+            if self.scheduling == "continuous" or not batch.rows:
+                self._admit(batch, inbox)
+            if not batch.rows:
+                return
+            tokens, logprobs = self._sample(batch.logits, batch.rows)
             keep = []
-            for j, (r, tok, lp) in enumerate(zip(rows, tokens.tolist(), logprobs.tolist())):
+            for j, (r, tok, lp) in enumerate(zip(batch.rows, tokens.tolist(), logprobs.tolist())):
                 r.tokens.append(tok)
                 r.logprobs.append(lp)
                 if tok in r.params.stop_token_ids or (r.params.stop and self._hit_stop(r)):
-                    self._finish(r, "stop", loop)
+                    reason: Literal["stop", "length"] = "stop"
                 elif len(r.tokens) >= r.params.max_tokens:
-                    self._finish(r, "length", loop)
+                    reason = "length"
                 else:
                     keep.append(j)
-            if not keep:
-                return
-            if len(keep) < len(rows):
-                index = torch.tensor(keep, device=self.device)
-                cache.batch_select_indices(index)
-                tokens, mask, positions = tokens[index], mask[index], positions[index]
-                rows = [rows[j] for j in keep]
-            mask = torch.cat([mask, mask.new_ones((len(rows), 1))], dim=1)
-            positions = positions + 1
-            logits, cache = self._forward(tokens[:, None], mask, positions, cache)
+                    continue
+                if r.request_id and self.scheduling == "continuous":  # kept before the caller can send its next turn
+                    self._keep_prefix(r, batch.row_kv(j))
+                self._finish(r, reason)
+            if len(keep) < len(batch.rows):
+                batch.select(keep, self.device)
+                tokens = tokens[torch.tensor(keep, dtype=torch.long, device=self.device)]
+            if not batch.rows:
+                continue  # the next step may start with requests that arrived meanwhile
+            batch.mask = torch.cat([batch.mask, batch.mask.new_ones((len(batch.rows), 1))], dim=1)
+            batch.positions = batch.positions + 1
+            batch.logits, batch.cache = self._forward(tokens[:, None], batch.mask, batch.positions, batch.cache)
+
+    def _admit(self, batch: _Batch, inbox: collections.deque[_Request]) -> None:
+        """Prefill the requests waiting, up to the free rows, and merge them into the running batch."""
+        new: list[_Request] = []
+        while inbox and len(batch.rows) + len(new) < self.max_batch_size:
+            r = inbox.popleft()
+            if not r.future.done():  # callers cancelled meanwhile are dropped
+                new.append(r)
+        if not new:
+            return
+        if batch.rows and not _mergeable(batch.cache):
+            for r in reversed(new):  # this cache's layers cannot be padded: they start with the next batch
+                inbox.appendleft(r)
+            return
+        self.stats.batches += 1
+        self.stats.requests += len(new)
+        if batch.rows:
+            self.stats.joins += len(new)
+        for r in new:
+            if r.params.seed is not None:
+                r.generator = torch.Generator(device=self.device).manual_seed(r.params.seed)
+        prefixes = [self._take_prefix(r) for r in new]
+        cached = [len(p.ids) if p else 0 for p in prefixes]
+        suffix = [len(r.prompt_ids) - c for r, c in zip(new, cached)]
+        self.stats.reused_tokens += sum(cached)
+        # Row i: [pads][its cached prefix] [pads][the rest of its prompt]; pads are masked out, and the
+        # positions count real tokens only, so every row sees the positions it would alone.
+        past, width = max(cached), max(suffix)
+        ids = torch.full((len(new), width), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(new), past + width), dtype=torch.long)
+        for i, (r, c, n) in enumerate(zip(new, cached, suffix)):
+            ids[i, width - n :] = torch.tensor(r.prompt_ids[c:])
+            mask[i, past - c : past] = 1
+            mask[i, past + width - n :] = 1
+        ids, mask = ids.to(self.device), mask.to(self.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, past:]
+        cache = _past_cache(prefixes, past, self.device) if past else None
+        try:
+            logits, cache = self._forward(ids, mask, positions, cache)
+        except Exception:
+            batch.rows.extend(new)  # they fail with the batch
+            raise
+        batch.merge(new, logits, cache, mask, positions[:, -1:])
+
+    def _weights_version(self) -> int:
+        """Changes whenever a parameter is written in place (an optimizer step, a weight sync)."""
+        return sum(p._version for p in self.model.parameters())
+
+    def _keep_prefix(self, r: _Request, kv: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        # The cache covers the prompt and every token but the last, which was sampled, not yet fed.
+        ids = r.prompt_ids + r.tokens[:-1]
+        if kv and kv[0][0].shape[-2] == len(ids):
+            self._drop_prefix(r.request_id)
+            self._prefixes[r.request_id] = prefix = _Prefix(ids, kv, self._weights_version())
+            self._prefix_bytes += prefix.nbytes
+            while self._prefixes and (
+                len(self._prefixes) > self.max_prefixes or self._prefix_bytes > self.max_prefix_bytes
+            ):
+                self._drop_prefix(next(iter(self._prefixes)))
+
+    def _drop_prefix(self, request_id: str) -> _Prefix | None:
+        prefix = self._prefixes.pop(request_id, None)
+        if prefix is not None:
+            self._prefix_bytes -= prefix.nbytes
+        return prefix
+
+    def _take_prefix(self, r: _Request) -> _Prefix | None:
+        """The KV cache of this trajectory's previous turn, if this prompt continues it under the same weights."""
+        prefix = self._drop_prefix(r.request_id) if r.request_id else None
+        if prefix is None:
+            return None
+        if prefix.version != self._weights_version():  # new weights: every cache kept is stale
+            for request_id in list(self._prefixes):
+                self._drop_prefix(request_id)
+            return None
+        n = len(prefix.ids)
+        if n >= len(r.prompt_ids) or r.prompt_ids[:n] != prefix.ids:
+            return None
+        return prefix
 
     def _hit_stop(self, r: _Request) -> bool:
         """Whether the token just sampled completes a stop string. Only the tail is decoded: a string
@@ -307,10 +493,10 @@ class TransformersEngine(Engine):
         cut = torch.full_like(logp, float("-inf")).scatter(1, order, sorted_logp)
         return torch.log_softmax(cut, dim=-1)
 
-    def _finish(self, r: _Request, reason: Literal["stop", "length"], loop: asyncio.AbstractEventLoop) -> None:
+    def _finish(self, r: _Request, reason: Literal["stop", "length"]) -> None:
         self.stats.generated_tokens += len(r.tokens)
         generation = Generation(token_ids=r.tokens, logprobs=r.logprobs, finish_reason=reason)
-        loop.call_soon_threadsafe(_settle, r.future, generation)
+        r.future.get_loop().call_soon_threadsafe(_settle, r.future, generation)
 
 
 def _settle(future: asyncio.Future[Generation], generation: Generation) -> None:
