@@ -9,9 +9,9 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
+from rlfcore.backends.local import grpo  # noqa: E402
+from rlfcore.backends.local.sft import micro_batches  # noqa: E402
 from rlfcore.sequences import Sequence  # noqa: E402
-from rlfcore.trainer import grpo  # noqa: E402
-from rlfcore.trainer.sft import micro_batches  # noqa: E402
 
 
 def tiny_model():
