@@ -11,6 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from rlfcore.backends.verl import EARLIER_METRICS_FILE, METRICS_FILE
+
+FILE = METRICS_FILE
+"""The file verl's file logger writes in the run folder."""
+EARLIER = EARLIER_METRICS_FILE
+"""The steps a ``--resume`` kept, set aside before verl's file logger starts its file anew."""
+
 NAMES: dict[str, tuple[str, ...]] = {
     "reward_mean": ("critic/score/mean",),
     "response_length": ("response_length/mean",),

@@ -2,7 +2,8 @@
 
 The run folder gets ``verl/train.parquet`` (and ``val.parquet``), ``verl/overrides.txt`` (the exact
 Hydra overrides) and ``verl/config.yaml`` (verl's composed config); verl's file logger writes
-``verl_metrics.jsonl``, which ``rlf ui`` reads. The launch itself is verl's own
+``verl_metrics.jsonl``, which ``rlf ui`` reads, and a run that ends well ``summary.json``
+(:mod:`.summary`), which marks it finished there. The launch itself is verl's own
 ``python -m verl.trainer.main_ppo`` with those overrides, so what runs is plain verl.
 """
 
@@ -13,11 +14,13 @@ import logging
 import shlex
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rlfcore.backends.verl import summary
 from rlfcore.backends.verl.hydra import Cluster, compose, notices, validate, verl_overrides
 
 if TYPE_CHECKING:
@@ -226,8 +229,13 @@ def main(
         echo(f"# verl config validated; data written to {files}")
         echo(f"# dry run: nothing launched. to launch it by hand: {shlex.join(command(plan))}")
         return 0
+    start = time.perf_counter()
+    summary.clear(plan.run_dir)
     make_model(config_path, overrides, plan, resume)
     clear_records(plan.run_dir, resume)
     keep_metrics(plan.run_dir, resume)
     echo(f"verl data: {files}; config: {plan.run_dir / 'verl' / 'config.yaml'}")
-    return launch(plan)
+    code = launch(plan)
+    if code == 0:
+        summary.write(plan.run_dir, time.perf_counter() - start)
+    return code
