@@ -2,12 +2,15 @@
 
     python -m rlfcore.backends.verl.gpu_check [WORKDIR] [--gpus N] [-- raw verl overrides]
 
-``rlf train --backend verl`` runs 2 GRPO steps with the ``rlf_agent`` loop, a real MCP tool (rlf-mcp's
-bundled calculator server) and rlf's reward pipeline, saving a checkpoint each step; then
-``--resume`` runs a 3rd step from that checkpoint. Then verl's own outputs are checked: its metrics
-(rewards, a non-zero gradient, the rollout weight versions), its rollout dumps and its checkpoint
-files, and rlf's own per-sample records beside the dumps. The model is random, so its rewards come from a score it can earn by chance (the share of
-digits in its answer), which still gives GRPO a gradient. Prints a JSON summary as the last line;
+``rlf train --backend verl`` runs rlf's SFT warm start (a short one, on demonstrations of calling
+the calculator), then 2 GRPO steps with the ``rlf_agent`` loop, a real MCP tool (rlf-mcp's bundled
+calculator server) and rlf's reward pipeline, saving a checkpoint each step; then ``--resume`` runs a
+3rd step from that checkpoint. Then verl's own outputs are checked: its metrics (rewards, a non-zero
+gradient, the rollout weight versions, in ``RUN/verl_metrics.jsonl`` where ``rlf ui`` reads them),
+its rollout dumps and its checkpoint files, rlf's own per-sample records beside the dumps (most
+samples call the calculator, and the real MCP server answers), and the ``summary.json`` that marks
+the run finished. The warm-started model is still nearly random at arithmetic, so its reward is a
+graded one (how close its number is to the answer) that varies within a group and gives GRPO a gradient. Prints a JSON summary as the last line;
 exit code 0 only when both runs finished and every check passed. Needs ``rlfcore[verl]`` and
 rlf-mcp installed (the entry point must be in the environment) and vLLM.
 """
@@ -15,7 +18,6 @@ rlf-mcp installed (the entry point must be in the environment) and vLLM.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -24,14 +26,18 @@ from pathlib import Path
 from typing import Any
 
 REWARD_PLUGIN = '''
-"""The share of digits in the answer: a score a random model earns by chance, so GRPO gets a gradient."""
+"""How close the answer's number is to the right one (1 when right), else a tenth of its share of
+digits: graded, so a nearly random model's samples differ and GRPO gets a gradient."""
 from rlfcore import hookimpl
 
 
 @hookimpl
 def compute_score(sample, verification, ctx):
-    text = sample.response or ""
-    return sum(c.isdigit() for c in text) / max(1, len(text))
+    text = (sample.response or "").strip()
+    try:
+        return 1.0 / (1.0 + abs(int(text) - int(sample.ground_truth)))
+    except ValueError:
+        return 0.1 * sum(c.isdigit() for c in text) / max(1, len(text))
 '''
 
 STEPS = 2
@@ -45,8 +51,12 @@ model: {path: model}
 data: {train: data.jsonl, default_env: calc}
 rollout: {n: 2, max_turns: 2, max_total_tokens: 512, max_response_tokens: 64, sampling: {temperature: 1.0, max_tokens: 32}}
 trainer: {steps: @STEPS@, prompts_per_step: 4, micro_batch_size: 8, lr: 3.0e-4, checkpoint_every: 1, samples_per_step: 2}
+sft: {data: demos.jsonl, steps: 100, lr: 0.005, batch_size: 8}
 tools: {timeout_s: 5}
 """.replace("@STEPS@", str(STEPS))
+"""Tiny batches and lengths: a step is cheap, yet has 4 groups of 2 and room for a call, its result and
+an answer. The warm start (100 steps of 8) is what it takes this model to call the calculator in most
+samples with well-formed arguments."""
 
 RAW = [
     "actor_rollout_ref.rollout.enforce_eager=true",
@@ -59,9 +69,26 @@ RAW = [
 CALL = '<tool_call>\n{"name": "calculate", "arguments": {"expression": "2 + 3"}}\n</tool_call>'
 
 
+def demonstration(a: int, b: int) -> dict[str, Any]:
+    """One warm-start conversation: the question, a call of the calculator, its result, the answer."""
+    call = {
+        "id": "call_0",
+        "type": "function",
+        "function": {"name": "calculate", "arguments": {"expression": f"{a} + {b}"}},
+    }
+    return {
+        "messages": [
+            {"role": "user", "content": f"What is {a} plus {b}?"},
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "call_0", "name": "calculate", "content": str(a + b)},
+            {"role": "assistant", "content": str(a + b)},
+        ]
+    }
+
+
 def write_workdir(work: Path) -> Path:
-    """The tiny model (head size 64: vLLM's CPU attention needs 32 or more), the digit reward, 32
-    questions and the run config; returns the config path."""
+    """The tiny model (head size 64: vLLM's CPU attention needs 32 or more), the graded reward, 32
+    questions, 64 demonstrations for the warm start and the run config; returns the config path."""
     from rlfcore.tinymodel import build_tiny
 
     model = work / "model"
@@ -81,6 +108,8 @@ def write_workdir(work: Path) -> Path:
     (work / "digits.py").write_text(REWARD_PLUGIN)
     rows = [{"id": f"q{i}", "prompt": f"What is {i} plus {i + 1}?", "ground_truth": str(2 * i + 1)} for i in range(32)]
     (work / "data.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    demos = [demonstration(i, i + 1) for i in range(64)]
+    (work / "demos.jsonl").write_text("\n".join(json.dumps(d) for d in demos) + "\n")
     (work / "run.yaml").write_text(CONFIG)
     return work / "run.yaml"
 
@@ -88,7 +117,8 @@ def write_workdir(work: Path) -> Path:
 def train(
     config: Path, run_dir: Path, raw: list[str], resume: bool = False, timeout_s: float | None = None, gpus: int = 1
 ) -> int:
-    """``rlf train CONFIG --backend verl --gpus GPUS`` (this environment's ``rlf``), with verl's metrics to a file."""
+    """``rlf train CONFIG --backend verl --gpus GPUS`` (this environment's ``rlf``); its output goes to
+    ``RUN-first.log`` or ``RUN-resume.log`` beside the run folder."""
     rlf = Path(sys.executable).with_name("rlf")
     phase = "resume" if resume else "first"
     cmd = [
@@ -107,9 +137,8 @@ def train(
         "trainer.logger=[console,file]",
         *raw,
     ]
-    env = {**os.environ, "VERL_FILE_LOGGER_PATH": str(run_dir / f"verl-metrics-{phase}.jsonl")}
     with open(run_dir.parent / f"{run_dir.name}-{phase}.log", "w") as log:
-        return subprocess.call(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, cwd=config.parent, timeout=timeout_s)
+        return subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=config.parent, timeout=timeout_s)
 
 
 def metrics(path: Path) -> dict[int, dict[str, Any]]:
@@ -120,8 +149,12 @@ def metrics(path: Path) -> dict[int, dict[str, Any]]:
 
 
 def check(run_dir: Path) -> tuple[dict[str, Any], list[str]]:
-    """What verl wrote, and every way it falls short of 2 steps, a checkpoint each, and a resumed 3rd."""
-    first, resumed = metrics(run_dir / "verl-metrics-first.jsonl"), metrics(run_dir / "verl-metrics-resume.jsonl")
+    """What verl wrote, and every way it falls short of 2 steps, a checkpoint each, and a resumed 3rd
+    whose calls reached the MCP server. verl's file logger writes ``RUN/verl_metrics.jsonl`` (the path
+    rlf sets); ``--resume`` first sets the steps it keeps aside in ``verl_metrics.earlier.jsonl``."""
+    from rlfcore.backends.verl import EARLIER_METRICS_FILE, METRICS_FILE
+
+    first, resumed = metrics(run_dir / EARLIER_METRICS_FILE), metrics(run_dir / METRICS_FILE)
     problems = []
     if sorted(first) != list(range(1, STEPS + 1)):
         problems.append(f"the first run logged steps {sorted(first)}, not 1..{STEPS}")
@@ -175,6 +208,17 @@ def check(run_dir: Path) -> tuple[dict[str, Any], list[str]]:
             round(r["reward"], 4) for r in records
         ):  # verl's are float32
             problems.append(f"step {step}: verl's dumped scores are not the rewards of rlf's records")
+    records = [r for recs in traces.values() for r in recs]
+    calling = [r for r in records if r.get("tool_calls", 0) > 0]
+    served = [r for r in calling if r.get("tool_errors", 0) == 0 and _served(r.get("messages", []))]
+    if len(calling) * 2 <= len(records):
+        problems.append(f"only {len(calling)} of {len(records)} samples called a tool: the warm start did not take")
+    if not served:
+        problems.append("no tool call came back with the calculator's result: the MCP server was not reached")
+    done = run_dir / "summary.json"
+    finished = json.loads(done.read_text()) if done.exists() else None
+    if finished is None or finished.get("steps") != STEPS + 1:
+        problems.append(f"{done} is missing or does not count {STEPS + 1} steps: {finished}")
     summary = {
         "steps": {
             s: {
@@ -196,8 +240,16 @@ def check(run_dir: Path) -> tuple[dict[str, Any], list[str]]:
         "dumped_samples": {s: len(rows) for s, rows in dumps.items()},
         "stop_reasons": {s: sorted({r["stop_reason"] for r in recs}) for s, recs in traces.items()},
         "tool_calls": {s: sum(r["tool_calls"] for r in recs) for s, recs in traces.items()},
+        "samples_calling": f"{len(calling)}/{len(records)}",
+        "calls_served": len(served),
+        "summary": finished,
     }
     return summary, problems
+
+
+def _served(messages: list[dict[str, Any]]) -> bool:
+    """A tool message with a number in it: the calculator's answer, so the server ran the call."""
+    return any(m.get("role") == "tool" and str(m.get("content", "")).strip().lstrip("-").isdigit() for m in messages)
 
 
 def main(argv: list[str]) -> int:

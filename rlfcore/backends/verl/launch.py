@@ -2,7 +2,8 @@
 
 The run folder gets ``verl/train.parquet`` (and ``val.parquet``), ``verl/overrides.txt`` (the exact
 Hydra overrides) and ``verl/config.yaml`` (verl's composed config); verl's file logger writes
-``verl_metrics.jsonl``, which ``rlf ui`` reads. The launch itself is verl's own
+``verl_metrics.jsonl``, which ``rlf ui`` reads, and a run that ends well ``summary.json``
+(:mod:`.summary`), which marks it finished there. The launch itself is verl's own
 ``python -m verl.trainer.main_ppo`` with those overrides, so what runs is plain verl.
 """
 
@@ -13,11 +14,13 @@ import logging
 import shlex
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rlfcore.backends.verl import summary
 from rlfcore.backends.verl.hydra import Cluster, compose, notices, validate, verl_overrides
 
 if TYPE_CHECKING:
@@ -218,11 +221,16 @@ def start(
     """Make the model (SFT warm start or ``model.init``), set the run folder's records and metrics
     for a fresh or resumed run, and launch verl; returns verl's exit code."""
     report(plan, echo)
+    began = time.perf_counter()
+    summary.clear(plan.run_dir)
     make_model(config_path, overrides, plan, resume)
     clear_records(plan.run_dir, resume)
     keep_metrics(plan.run_dir, resume)
     echo(f"verl data: {_files(plan)}; config: {plan.run_dir / 'verl' / 'config.yaml'}")
-    return launch(plan)
+    code = launch(plan)
+    if code == 0:  # rlf ui shows the run finished; a failed or stopped run keeps no summary
+        summary.write(plan.run_dir, time.perf_counter() - began)
+    return code
 
 
 def _files(plan: Plan) -> str:
