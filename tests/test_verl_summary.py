@@ -3,7 +3,7 @@
 
 verl's trainer itself is stood in for by its real ``FileLogger`` writing the run's metrics and an exit
 code (the end-to-end test, tests/test_verl_e2e.py, runs the real trainer); everything else is
-``rlfcore.backends.verl.launch.main`` as the CLI calls it, verl's config validation included."""
+the verl backend as ``rlf train`` calls it, verl's config validation included."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ import pytest
 
 tracking = pytest.importorskip("verl.utils.tracking", reason="verl is not installed (pip install 'rlfcore[verl]')")
 
+from rlfcore.backends import get_backend  # noqa: E402
+from rlfcore.backends.base import TrainRequest  # noqa: E402
 from rlfcore.backends.verl import launch  # noqa: E402
 from rlfcore.ui.runs import read_metrics_from, status  # noqa: E402
 
@@ -51,7 +53,8 @@ def test_a_verl_run_is_finished_when_it_ends_well_and_not_while_it_trains_again(
     run = tmp_path / "run"
     config = _config(tmp_path)
     monkeypatch.setattr(launch, "launch", _verl([1, 2, 3], 0, monkeypatch))
-    assert launch.main(config, [], [], run, echo=lambda _: None) == 0
+    verl = get_backend("verl")
+    assert verl.run(verl.prepare(TrainRequest(str(config), run))).exit_code == 0
     summary = json.loads((run / "summary.json").read_text())
     assert summary["backend"] == "verl" and summary["steps"] == 3 and summary["total_s"] > 0
     assert summary["reward_first_10pct"] == pytest.approx(0.1) and summary["reward_last_10pct"] == pytest.approx(0.3)
@@ -61,6 +64,6 @@ def test_a_verl_run_is_finished_when_it_ends_well_and_not_while_it_trains_again(
     (run / "checkpoints").mkdir()
     (run / "checkpoints" / "latest_checkpointed_iteration.txt").write_text("2\n")
     monkeypatch.setattr(launch, "launch", _verl([], 1, monkeypatch))
-    assert launch.main(config, [], [], run, echo=lambda _: None, resume=True) == 1
+    assert verl.resume(verl.prepare(TrainRequest(str(config), run, resume=True))).exit_code == 1
     assert not (run / "summary.json").exists() and status(run) != "finished"
     assert [r["step"] for r in read_metrics_from(run)[0]] == [1, 2]  # the kept steps' curves stay

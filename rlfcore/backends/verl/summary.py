@@ -18,8 +18,8 @@ def clear(run_dir: str | Path) -> None:
 
 def write(run_dir: str | Path, total_s: float) -> dict[str, Any]:
     """Summarise every step verl logged (``verl_metrics.earlier.jsonl``, then ``verl_metrics.jsonl``)
-    the way :func:`rlfcore.trainer.run.summarize` does a local run's; returns what was written."""
-    from rlfcore.trainer.run import summarize
+    the way :func:`rlfcore.backends.local.run.summarize` does a local run's; returns what was written."""
+    from rlfcore.backends.local.run import summarize
     from rlfcore.ui.runs import read_metrics_from
 
     run = Path(run_dir)
