@@ -34,6 +34,12 @@ PYTHON = os.environ.get("RLF_VERL_CPU_PYTHON") or str(ROOT / ".venv-verl-cpu" / 
 PROCESSES = int(os.environ.get("RLF_VERL_CPU_PROCESSES", "1"))
 """Actor processes (FSDP2 ranks over gloo, ``--gpus``); 2 takes about 3 GiB more (a second vLLM server)."""
 
+if not Path(PYTHON).is_file() and os.environ.get("RLF_REQUIRE_VERL_CPU"):
+    pytest.fail(  # CI sets it after building the venv: a missing venv there is a failure, not a skip
+        f"no verl CPU venv at {PYTHON} although RLF_REQUIRE_VERL_CPU is set: scripts/setup-verl-cpu.sh failed?",
+        pytrace=False,
+    )
+
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(
