@@ -1,12 +1,12 @@
 """MCP servers and the event loop they live in: one :class:`Pool` per run, closed by the plugin's ``shutdown``.
 
-Why a background loop: a run has one event loop (``rlfcore.runloop``), but the servers here are the
-process's, shared by every runtime it sets up, whose loops differ (a test session builds one runtime
-per test; ``rlf ui`` keeps its own loop thread), and closed at interpreter exit, after those loops
-have closed; an MCP session is tied to the task and loop that opened it. So every session lives in
-one event loop that runs in a daemon thread for the life of the process, and a tool call from any
-loop is bridged to it (``run_coroutine_threadsafe`` + ``wrap_future``: cancelling the caller, as the
-executor's timeout does, cancels the call in the pool too).
+Why a loop of its own: an MCP session is tied to the task and loop that opened it, and a pool must
+still close its servers after its run's loop is gone (interpreter exit, for a run that never reached
+``shutdown``) and serve callers with no run loop at all (:func:`get_pool`, for scripts and tests).
+So a pool's sessions live in one event loop in a daemon thread, and a tool call from the run's loop is
+bridged to it (``run_coroutine_threadsafe`` + ``wrap_future``: cancelling the caller, as the executor's
+timeout does, cancels the call in the pool too). A side effect that matters on few cores: server I/O
+goes on while the run's loop is busy in a synchronous decode step.
 
 A run's pool is kept in the plugin's run-scoped stash and closed (:meth:`Pool.close`) by its
 ``shutdown`` hook. Within a pool servers are keyed by their resolved spec (name, command or URL,
