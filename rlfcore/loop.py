@@ -37,39 +37,73 @@ StopReason = Literal[
 
 @dataclass
 class Trajectory:
-    """One rollout: messages for people and plugins, tokens and mask for training."""
+    """One rollout, as one flat record (``rlf eval``'s JSON line, a training sample, verl's trace).
 
+    Its fields come in four groups, each filled by one stage: what was said (``messages``, set by the
+    loop), what is trained (the token fields, set by the loop's token builder), how it went (counts,
+    stop reason, errors and timings, set by the loop and the executor), and what it earned (the reward
+    fields, set by the reward pipeline). The record stays flat so that every consumer reads one shape.
+    """
+
+    # what was said
     id: str
+    """``ROW_ID#k``: the row and which of its ``rollout.n`` samples this is."""
     row_id: str
     env: str | None
+    """The environment (a named group of plugins) the row was routed to; ``None``: the default."""
     messages: list[Message]
+    """The conversation as people and plugins read it, tool calls and observations included."""
+
+    # what is trained
     prompt_ids: list[int] = field(default_factory=list)
+    """The rendered prompt's tokens, before the first assistant turn."""
     response_ids: list[int] = field(default_factory=list)
+    """Every token after the prompt: generated ones and the observations between them."""
     response_mask: list[int] = field(default_factory=list)
+    """1 where ``response_ids`` was generated (trained on), 0 where the loop added it."""
     logprobs: list[float] = field(default_factory=list)
+    """The engine's log-probability of each ``response_ids`` token (0 where the mask is 0)."""
+
+    # how it went
     num_turns: int = 0
+    """Assistant turns generated."""
     tool_calls: int = 0
     tool_errors: int = 0
     tool_error_kinds: dict[str, int] = field(default_factory=dict)
+    """Failed calls by kind (``timeout``, ``unknown_tool``, ``bad_arguments``, ...)."""
     tool_tracebacks: list[dict[str, Any]] = field(default_factory=list)
     """Where failing tools raised (turn, call id, tool, traceback), for their authors; the model saw only the message."""
     stop_reason: StopReason = "answer"
     truncated: bool = False
+    """A length limit cut the last turn."""
     error: str | None = None
+    """Why the trajectory ended in ``stop_reason == "error"`` (engine, hook or session failure)."""
     template_mismatch: str | None = None
+    """Where the loop's tokens differ from the chat template's rendering of ``messages``, if they do."""
     generate_s: float = 0.0
+    """Seconds spent waiting for the engine."""
     tools_s: float = 0.0
+    """Seconds spent in tool calls."""
+
+    # what it earned
     ground_truth: Any = None
+    """The row's ``ground_truth``, for the reward hooks."""
     extra: dict[str, Any] = field(default_factory=dict)
+    """The row's ``extra``, for the reward hooks."""
     reward: float = 0.0
+    """The total: ``reward.weights``' weighted sum of ``reward_components``; without weights, ``score``
+    (else the mean judge verdict); 0 when scoring failed."""
     reward_components: dict[str, float] = field(default_factory=dict)
+    """Each named part of the reward (``score``, a judge's, a format bonus...), before weighting."""
     reward_error: str | None = None
+    """Why scoring failed (the reward is then 0); the sample is kept."""
     reward_traceback: str | None = None
     """Where a failing reward hook raised (``rlf eval --debug`` shows it); the reason is ``reward_error``."""
     turn_rewards: list[float] | None = None
     """One reward per assistant turn when ``compute_score`` returned a list; their sum is ``score``."""
     session_error: str | None = None
-    """Why a plugin's session of this trajectory failed to release; the trajectory itself stands."""
+    """Why a plugin's session of this trajectory failed to release (how it went; kept last so records
+    keep their field order); the trajectory itself stands."""
 
     @property
     def response(self) -> str:
