@@ -13,7 +13,6 @@ Prints a table and writes JSON to benchmarks/results/trainer_overhead.json (or -
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import random
 import statistics
@@ -114,7 +113,7 @@ def main(argv: list[str] | None = None) -> dict:
             intermediate_size=3 * args.hidden,
         )
         config, manager = load_config({"trainer": {"micro_batch_size": args.groups * args.n}})
-        runtime = asyncio.run(Runtime.create(config, manager))
+        runtime = Runtime.open(config, manager)  # the run's one loop, as rlf train builds it
         model, tok = load_policy(path, "cpu")
         trajectories = make_trajectories(
             args.groups, args.n, args.prompt, args.response, model.config.vocab_size, seed=0
@@ -134,6 +133,7 @@ def main(argv: list[str] | None = None) -> dict:
             t0 = time.perf_counter()
             bare_step(bare_model, bare_opt, trajectories, pad)
             bare_times.append(time.perf_counter() - t0)
+        runtime.close()
     tokens = sum(len(t.prompt_ids) + len(t.response_ids) for t in trajectories)
     result = {
         "sequences": len(trajectories),

@@ -51,7 +51,6 @@ Prints a table and writes JSON to benchmarks/results/trl_comparison.json (or --o
 from __future__ import annotations
 
 import argparse
-import asyncio
 import importlib.util
 import json
 import os
@@ -188,11 +187,11 @@ def rlf_tool_schemas(args: argparse.Namespace, work: Path) -> list[dict[str, Any
     from rlfcore.runtime import Runtime
 
     config, manager = load_run_config(args, work)
-    runtime = asyncio.run(Runtime.create(config, manager))
+    runtime = Runtime.open(config, manager)  # the run's one loop, as rlf train builds it
     try:
         return tool_schemas(runtime)
     finally:
-        asyncio.run(runtime.aclose())
+        runtime.close()
 
 
 def train_rows(config: Any) -> list[Any]:
@@ -218,7 +217,7 @@ def run_rlf(args: argparse.Namespace, sft_model: Path, work: Path) -> Curve:
     config, manager = load_run_config(args, work)
     rows = train_rows(config)
     t0 = time.perf_counter()
-    runtime = asyncio.run(Runtime.create(config, manager))
+    runtime = Runtime.open(config, manager)  # the run's one loop, as rlf train builds it
     try:
         model, tok = load_policy(sft_model, config.trainer.device, config.model.dtype)
         torch.manual_seed(config.seed)
@@ -235,7 +234,7 @@ def run_rlf(args: argparse.Namespace, sft_model: Path, work: Path) -> Curve:
             curve.update_s.append(metrics["step_s"] - metrics["rollout_s"])
             curve.progress()
     finally:
-        asyncio.run(runtime.aclose())
+        runtime.close()
     return curve
 
 
