@@ -20,6 +20,7 @@ from rlfcore.engines.scripted import ScriptedEngine
 from rlfcore.loop import Rollout
 from rlfcore.testing import make_runtime, rollout
 from rlfcore.tools import tool
+from rlfcore.ui.tokens import mismatch_at
 
 
 def call(name: str, **args) -> str:
@@ -138,6 +139,7 @@ def test_a_turn_the_template_renders_differently_is_reported_at_its_first_token_
         t.template_mismatch
     )
     assert "a full rendering has '\\n<tool_call>" in t.template_mismatch
+    assert mismatch_at(t.template_mismatch, 1 << 20) == at  # where rlf ui's token view marks it
     [unchecked] = rollout({**CONFIG, "rollout": {"check_template": False}}, rows, script, {"calc": Calculator()})
     assert unchecked.response_ids == t.response_ids and unchecked.template_mismatch is None
 
