@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from functools import cached_property
+from functools import cache, cached_property
 from typing import Any, Protocol
 
 from rlfcore.types import Message
@@ -120,12 +120,35 @@ _TEMPLATES: dict[str, Any] = {}
 
 def _compile(template: str) -> Any:
     if template not in _TEMPLATES:
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        env = _template_environment()(trim_blocks=True, lstrip_blocks=True)
         env.filters["tojson"] = lambda v, indent=None: json.dumps(v, ensure_ascii=False, indent=indent)
         _TEMPLATES[template] = env.from_string(template)
     return _TEMPLATES[template]
+
+
+@cache
+def _template_environment() -> type:
+    """Jinja's immutable sandbox, its attribute verdicts remembered per (object type, attribute name).
+
+    The sandbox decides from those two alone (a leading underscore, a function's internals, a
+    mutating method of a list, dict, set or deque), but its ``isinstance`` checks against abstract
+    base classes cost more than the rest of a chat template's rendering, paid on every attribute a
+    template reads, on every turn of every trajectory."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    class Environment(ImmutableSandboxedEnvironment):
+        def __init__(self, **options: Any):
+            super().__init__(**options)
+            self.verdicts: dict[tuple[type, str], bool] = {}
+
+        def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
+            key = (type(obj), attr)
+            verdict = self.verdicts.get(key)
+            if verdict is None:
+                verdict = self.verdicts[key] = super().is_safe_attribute(obj, attr, value)
+            return verdict
+
+    return Environment
 
 
 class ByteChatTokenizer:

@@ -317,25 +317,45 @@ class Rollout:
         return results
 
     def check_template(self, traj: Trajectory) -> str | None:
-        """Where the incremental sequence departs from a full rendering of the messages, or None."""
+        """Where the incremental sequence departs from a full rendering of the messages, or None.
+
+        Run once, when the trajectory ends: the loop only appends, so a turn that broke the prefix
+        property still shows at its own token in the whole conversation, and the report names that
+        turn. Equal sequences cost one rendering, one encoding and one list comparison."""
         schemas = [t.schema() for t in self.runtime.tools_for(traj.env).values()]
-        full = self.tok.encode(self.tok.render(traj.messages, schemas, add_generation_prompt=False))
+        text = self.tok.render(traj.messages, schemas, add_generation_prompt=False)
+        full = self.tok.encode(text)
         seq = traj.prompt_ids + traj.response_ids
-        where = None
-        for i, (a, b) in enumerate(zip(seq, full)):
-            if a != b:
-                where = (
-                    f"token {i}: rollout has {self.tok.decode(seq[i : i + 12])!r}, "
-                    f"a full rendering has {self.tok.decode(full[i : i + 12])!r}"
-                )
-                break
-        if where is None and len(full) < len(seq):
-            where = f"a full rendering ends at token {len(full)}, the rollout at {len(seq)}"
-        if where is not None and differs_in_reasoning_only(self.tok.decode(seq), self.tok.decode(full)):
+        if full[: len(seq)] == seq:
+            return None
+        if len(full) < len(seq) and full == seq[: len(full)]:
+            where = (
+                f"a full rendering ends at token {len(full)}, the rollout at {len(seq)} "
+                f"(it goes on {_part(traj, len(full))})"
+            )
+        else:
+            i = next(k for k, (a, b) in enumerate(zip(seq, full)) if a != b)
+            where = (
+                f"token {i} ({_part(traj, i)}): rollout has {self.tok.decode(seq[i : i + 12])!r}, "
+                f"a full rendering has {self.tok.decode(full[i : i + 12])!r}"
+            )
+        if differs_in_reasoning_only(self.tok.decode(seq), text):
             return (
                 f"{REASONING_DROPPED} (the template leaves earlier <think> blocks out; the rollout keeps them): {where}"
             )
         return where
+
+
+def _part(traj: Trajectory, index: int) -> str:
+    """Which part of the trajectory token ``index`` of its sequence belongs to, for the check's report."""
+    at = index - len(traj.prompt_ids)
+    if at < 0:
+        return "in the prompt"
+    mask = traj.response_mask[: at + 1]
+    turn = sum(1 for k, m in enumerate(mask) if m == 1 and (k == 0 or mask[k - 1] == 0))
+    if mask and mask[-1] == 1:
+        return f"in assistant turn {turn}"
+    return f"in the observation after assistant turn {turn}"
 
 
 def continuation(text: str) -> Message:

@@ -20,6 +20,7 @@ from rlfcore.engines.scripted import ScriptedEngine
 from rlfcore.loop import Rollout
 from rlfcore.testing import make_runtime, rollout
 from rlfcore.tools import tool
+from rlfcore.ui.tokens import mismatch_at
 
 
 def call(name: str, **args) -> str:
@@ -117,8 +118,46 @@ def test_a_template_that_drops_earlier_reasoning_is_reported_and_the_sequence_ke
     assert "plan A" in tok.decode(t.response_ids)
     # Qwen3-style templates drop reasoning before the last user turn: the check points at it
     assert t.template_mismatch is not None and "plan A" in t.template_mismatch
+    assert " (in assistant turn 1): " in t.template_mismatch
     generated = tok.decode([i for i, m in zip(t.response_ids, t.response_mask) if m == 1])
     assert generated == "<think>plan A</think>\n" + call("add", a=2, b=2) + "<|im_end|><think>so 4</think>\n4<|im_end|>"
+
+
+def test_a_turn_the_template_renders_differently_is_reported_at_its_first_token_naming_the_turn():
+    """Two calls written back to back, where the template puts a newline between them: the check runs
+    once, at the end, and still finds the second turn's departure at its token; switched off, nothing."""
+    second = call("add", a=3, b=4) + call("add", a=5, b=6)
+    script = {"q": [call("add", a=1, b=2), second, "done"]}
+    rows = [{"id": "q", "prompt": "Add up."}]
+    [t] = rollout(CONFIG, rows, script, {"calc": Calculator()})
+    tok = ByteChatTokenizer()
+    assert t.stop_reason == "answer" and t.tool_calls == 3 and t.tool_errors == 0
+    starts = [k for k, m in enumerate(t.response_mask) if m == 1 and (k == 0 or t.response_mask[k - 1] == 0)]
+    at = len(t.prompt_ids) + starts[1] + len(tok.encode(call("add", a=3, b=4)))
+    assert t.template_mismatch is not None
+    assert t.template_mismatch.startswith(f"token {at} (in assistant turn 2): rollout has '<tool_call>"), (
+        t.template_mismatch
+    )
+    assert "a full rendering has '\\n<tool_call>" in t.template_mismatch
+    assert mismatch_at(t.template_mismatch, 1 << 20) == at  # where rlf ui's token view marks it
+    [unchecked] = rollout({**CONFIG, "rollout": {"check_template": False}}, rows, script, {"calc": Calculator()})
+    assert unchecked.response_ids == t.response_ids and unchecked.template_mismatch is None
+
+
+def test_a_rollout_longer_than_its_full_rendering_is_reported_where_the_rendering_ends():
+    """A template that leaves assistant messages out: the rollout's tokens run on past its rendering."""
+    tok = ByteChatTokenizer(
+        "{% for m in messages %}{% if m.role != 'assistant' %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
+        "{% endif %}{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    )
+    runtime = make_runtime({"plugins": []})
+    loop = Rollout(runtime, ScriptedEngine(tok, {"q": ["4"]}), tok)
+    [t] = asyncio.run(loop.run([normalize_row({"id": "q", "prompt": "2+2?"})], n=1))
+    seq = len(t.prompt_ids) + len(t.response_ids)
+    ends = len(t.prompt_ids) - len(tok.encode("<|im_start|>assistant\n"))
+    assert t.stop_reason == "no_tool_call" and t.template_mismatch == (
+        f"a full rendering ends at token {ends}, the rollout at {seq} (it goes on in the prompt)"
+    )
 
 
 def test_failures_become_observations_and_metrics():
