@@ -9,10 +9,14 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 ray = pytest.importorskip("ray")
+
+if TYPE_CHECKING:
+    from rlf_deepsearch.search import RunSearcher
 
 pytestmark = pytest.mark.slow
 
@@ -20,20 +24,24 @@ ACTORS = 3
 
 
 class Worker:
-    """What a rollout worker does with deepsearch: search through the process's shared searcher."""
+    """What a rollout worker's run does with deepsearch: open the run's searcher (as the plugin's
+    ``register_tools`` does), search through it, and close it in ``shutdown``."""
+
+    def __init__(self) -> None:
+        self.run: RunSearcher | None = None
 
     def search(self, index_dir: str) -> dict:
-        from rlf_deepsearch.search import shared_searcher
+        from rlf_deepsearch.search import open_searcher
         from rlf_deepsearch.settings import Settings
 
-        searcher = shared_searcher(Settings(index_dir=index_dir), Path(index_dir))
-        hits = searcher.search("red planet", 1)
-        return {"pid": os.getpid(), "url": searcher.searcher.url, "title": hits[0].title}
+        self.run = open_searcher(Settings(index_dir=index_dir), Path(index_dir))
+        hits = self.run.search("red planet", 1)
+        return {"pid": os.getpid(), "url": self.run.searcher.url, "title": hits[0].title}
 
     def leave(self) -> None:
-        from rlf_deepsearch.search import release_node_servers
-
-        release_node_servers()
+        assert self.run is not None
+        self.run.close()
+        self.run = None
 
 
 def _gone(pid: int) -> bool:
