@@ -282,7 +282,7 @@ class TransformersEngine(Engine):
     # --- serving (event loop side) ----------------------------------------------------------------
 
     def _wake_for(self, loop: asyncio.AbstractEventLoop) -> asyncio.Event:
-        # A trainer may run each rollout under its own asyncio.run: a new loop needs its own worker.
+        # A run has one loop, but an engine may outlive it (tests, scripts): a new loop needs its own worker.
         if self._loop is not loop or self._worker is None or self._worker.done() or self._wake is None:
             self._loop = loop
             self._inbox = collections.deque()  # a thread still decoding for a loop that is gone keeps the old one

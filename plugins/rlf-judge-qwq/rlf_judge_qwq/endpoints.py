@@ -6,8 +6,8 @@ when one fails (connection refused, timeout, 408, 429, 5xx, an answer that is no
 An endpoint that refused a connection is skipped for a while. Other HTTP errors (400: prompt too long,
 404: wrong model name) fail at once: retrying cannot fix them.
 
-Pooled connections and the semaphore belong to one event loop; ``rlf eval`` and the testing helpers
-run each batch in a fresh ``asyncio.run``, so both are made again whenever the loop changes.
+Pooled connections and the semaphore belong to one event loop. A run has one, but verl's reward
+workers and scripts may call a judge from another, so both are made again whenever the loop changes.
 """
 
 from __future__ import annotations
