@@ -19,7 +19,6 @@ import os
 import socket
 import ssl
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -80,22 +79,12 @@ async def load(url: str, questions: list[str], clients: int, requests: int) -> d
 
 
 def serve(corpus: Path, index_dir: Path | None, port: int, batch_size: int, retriever: str) -> subprocess.Popen:
-    cmd = [
-        sys.executable,
-        "-m",
-        "rlf_deepsearch.cli",
-        "serve",
-        "--corpus",
-        str(corpus),
-        "--port",
-        str(port),
-        "--batch-size",
-        str(batch_size),
-        "--retriever",
-        retriever,
-    ]
-    if index_dir:
-        cmd += ["--index-dir", str(index_dir)]
+    from rlf_deepsearch.node_server import server_command
+    from rlf_deepsearch.settings import Settings
+
+    s = Settings()  # the plugin's defaults, as a run's node server gets them
+    cmd = server_command(corpus, retriever, index_dir, s.encoder, s.index_kind, s.k1, s.b, s.stemmer, batch_size)
+    cmd[cmd.index("--port") + 1] = str(port)
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     import httpx
 
