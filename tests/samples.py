@@ -32,3 +32,14 @@ def die_in_worker() -> None:
     import os
 
     os._exit(3)
+
+
+TINY_SIZES = {
+    "vocab_size": 300,
+    "hidden_size": 32,
+    "num_layers": 1,
+    "num_heads": 2,
+    "num_kv_heads": 1,
+    "intermediate_size": 64,
+}
+"""``model.init`` sizes of the smallest model a training test builds from its rows (seconds to train)."""

@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from samples import TINY_SIZES
 
 from conftest import ROOT
 from rlfcore.signals import Interrupted, deferred, handled, interruption
@@ -251,15 +252,7 @@ def trainer(tmp_path):
     config = {
         "model": {
             "path": "model",
-            "init": {
-                "texts": ["rows.jsonl"],
-                "vocab_size": 300,
-                "hidden_size": 32,
-                "num_layers": 1,
-                "num_heads": 2,
-                "num_kv_heads": 1,
-                "intermediate_size": 64,
-            },
+            "init": {"texts": ["rows.jsonl"], **TINY_SIZES},
         },
         "rollout": {"n": 2, "max_turns": 1, "sampling": {"max_tokens": 4}},
         "trainer": {"steps": 3, "prompts_per_step": 2, "checkpoint_every": 10, "samples_per_step": 0},

@@ -9,6 +9,7 @@ import math
 
 import pytest
 import torch
+from samples import TINY_SIZES
 
 from rlfcore import hookimpl
 from rlfcore.backends.local import grpo
@@ -206,15 +207,7 @@ def test_local_trainer_trains_with_return_to_go_and_writes_metrics(tmp_path):
         "seed": 1,
         "model": {
             "path": "model",
-            "init": {
-                "texts": ["rows.jsonl"],
-                "vocab_size": 300,
-                "hidden_size": 32,
-                "num_layers": 1,
-                "num_heads": 2,
-                "num_kv_heads": 1,
-                "intermediate_size": 64,
-            },
+            "init": {"texts": ["rows.jsonl"], **TINY_SIZES},
         },
         "rollout": {"n": 4, "max_turns": 3, "sampling": {"max_tokens": 200}},
         "trainer": {
