@@ -64,29 +64,30 @@ def train_sft(
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule("constant", cfg.warmup_steps, cfg.steps))
     rng = random.Random(f"sft/{runtime.config.seed}")
-    micro_seqs, micro_tokens = runtime.config.trainer.micro_batch_size, runtime.config.trainer.micro_batch_tokens
     model.train()
     history = []
     for step in range(1, cfg.steps + 1):
         t0 = time.perf_counter()
         batch_seqs = [sequences[rng.randrange(len(sequences))] for _ in range(cfg.batch_size)]
-        batches = micro_batches(batch_seqs, pad, micro_seqs, micro_tokens, device)
-        total = float(sum(b.loss_mask.sum().item() for b in batches))
+        b = grpo.collate(
+            [s.prompt_ids for s in batch_seqs],
+            [s.response_ids for s in batch_seqs],
+            [s.response_mask for s in batch_seqs],
+            pad,
+        )
+        b = grpo.Batch(b.input_ids.to(device), b.attention_mask.to(device), b.loss_mask.to(device))
+        with autocast(device, runtime.config.trainer.bf16):
+            logp = grpo.token_logprobs(model, b)
+        loss = -(logp * b.loss_mask).sum() / b.loss_mask.sum().clamp(min=1)
         optimizer.zero_grad(set_to_none=True)
-        loss_sum = 0.0
-        for b in batches:  # gradients accumulate: the step's loss is the mean over all its tokens
-            with autocast(device, runtime.config.trainer.bf16):
-                logp = grpo.token_logprobs(model, b)
-            loss = -(logp * b.loss_mask).sum() / max(total, 1.0)
-            loss.backward()
-            loss_sum += loss.item()
+        loss.backward()
         norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), runtime.config.trainer.max_grad_norm))
         optimizer.step()
         scheduler.step()
-        token_acc = _token_accuracy(model, batches) if step % 50 == 0 or step == cfg.steps else None
+        token_acc = _token_accuracy(model, b) if step % 50 == 0 or step == cfg.steps else None
         metrics = {
             "step": step,
-            "loss": loss_sum,
+            "loss": loss.item(),
             "grad_norm": norm,
             "lr": scheduler.get_last_lr()[0],
             "step_s": time.perf_counter() - t0,
@@ -100,32 +101,11 @@ def train_sft(
     return history
 
 
-def micro_batches(
-    seqs: list[Sequence], pad: int, max_seqs: int, max_tokens: int | None, device: torch.device
-) -> list[grpo.Batch]:
-    """The step's conversations as GRPO's micro-batches (:func:`grpo.pack`): sorted by length, at most
-    ``max_seqs`` a batch and ``max_tokens`` once padded, so a batch pads only to its own longest."""
-    chunks = grpo.pack([len(s.prompt_ids) + len(s.response_ids) for s in seqs], range(len(seqs)), max_seqs, max_tokens)
-    out = []
-    for chunk in chunks:
-        b = grpo.collate(
-            [seqs[i].prompt_ids for i in chunk],
-            [seqs[i].response_ids for i in chunk],
-            [seqs[i].response_mask for i in chunk],
-            pad,
-        )
-        out.append(grpo.Batch(b.input_ids.to(device), b.attention_mask.to(device), b.loss_mask.to(device)))
-    return out
-
-
 @torch.no_grad()
-def _token_accuracy(model: Any, batches: list[grpo.Batch]) -> float:
-    hits = tokens = 0.0
-    for b in batches:
-        logits = model(input_ids=b.input_ids, attention_mask=b.attention_mask).logits[:, :-1]
-        hits += ((logits.argmax(-1) == b.input_ids[:, 1:]).float() * b.loss_mask).sum().item()
-        tokens += b.loss_mask.sum().item()
-    return hits / max(tokens, 1.0)
+def _token_accuracy(model: Any, b: grpo.Batch) -> float:
+    logits = model(input_ids=b.input_ids, attention_mask=b.attention_mask).logits[:, :-1]
+    hits = (logits.argmax(-1) == b.input_ids[:, 1:]).float() * b.loss_mask
+    return (hits.sum() / b.loss_mask.sum().clamp(min=1)).item()
 
 
 def mean_loss(history: list[dict[str, Any]], last: int = 20) -> float:
