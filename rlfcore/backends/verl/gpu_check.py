@@ -232,6 +232,8 @@ def check(run_dir: Path) -> tuple[dict[str, Any], list[str]]:
                     "timing_s/update_weights",
                     "num_turns/mean",
                     "training/rollout_probs_diff_max",
+                    "training/rollout_probs_diff_mean",
+                    "training/rollout_actor_probs_pearson_corr",
                 )
             }
             for s, m in sorted(steps.items())
