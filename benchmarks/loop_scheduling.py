@@ -116,12 +116,15 @@ def _call_text(seconds: float) -> str:
     return '<tool_call>\n{"name": "sleep", "arguments": ' + json.dumps({"seconds": seconds}) + "}\n</tool_call>"
 
 
+def _script(traj: list[list[float]]) -> list[str]:
+    """A trajectory's turns as a model trained on the template writes them: its calls one a line."""
+    return ["\n".join(_call_text(s) for s in turn) for turn in traj] + ["done"]
+
+
 def rlf_loop(latencies: Latencies, turns: int, gen_latency: float, use_async: bool = False) -> dict[str, Any]:
     """Wall and CPU time of the real loop over ``latencies``; raises if any trajectory went wrong."""
     trajectories, calls = len(latencies), len(latencies[0][0])
-    scripts = {
-        f"t{i}": ["".join(_call_text(s) for s in turn) for turn in traj] + ["done"] for i, traj in enumerate(latencies)
-    }
+    scripts = {f"t{i}": _script(traj) for i, traj in enumerate(latencies)}
     longest = max(len(text.encode()) for script in scripts.values() for text in script)
     slowest = max(s for traj in latencies for turn in traj for s in turn)
     config = {
@@ -142,12 +145,13 @@ def rlf_loop(latencies: Latencies, turns: int, gen_latency: float, use_async: bo
     cpu, wall = time.process_time(), time.perf_counter()
     done = asyncio.run(loop.run(rows, n=1))
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    bad = [t for t in done if t.stop_reason != "answer" or t.tool_errors or t.num_turns != turns]
+    bad = [t for t in done if t.stop_reason != "answer" or t.tool_errors or t.num_turns != turns or t.template_mismatch]
     if bad:
         t = bad[0]
         raise RuntimeError(
             f"{len(bad)} trajectories did not run as scripted, e.g. {t.id}: stop_reason={t.stop_reason}, "
-            f"turns={t.num_turns}, tool errors={t.tool_error_kinds}, error={t.error}"
+            f"turns={t.num_turns}, tool errors={t.tool_error_kinds}, error={t.error}, "
+            f"template mismatch={t.template_mismatch}"
         )
     return {
         "wall_s": wall,
@@ -241,7 +245,7 @@ def verl_tool_agent_loop(
     from rlfcore.backends.verl.hydra import compose
 
     trajectories, calls = len(latencies), len(latencies[0][0])
-    scripts = [["".join(_call_text(s) for s in turn) for turn in traj] + ["done"] for traj in latencies]
+    scripts = [_script(traj) for traj in latencies]
     roll = "actor_rollout_ref.rollout"
     cfg = compose(
         [

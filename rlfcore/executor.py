@@ -275,6 +275,9 @@ class ToolExecutor:
     async def _acquire(self, limit: asyncio.Semaphore, timeout: float) -> None:
         """Wait for a slot as long as it takes while the calls holding them run within their time; a
         wait past ``timeout`` while overrunning calls hold slots is :class:`_NoSlot`."""
+        if not limit.locked():  # a free slot is taken at once: no task and no timer for the wait
+            await limit.acquire()
+            return
         while True:
             try:
                 await asyncio.wait_for(limit.acquire(), timeout)

@@ -17,7 +17,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import inspect
+import weakref
 from collections.abc import Callable
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 import pluggy
@@ -46,7 +48,7 @@ async def resolve(value: Any) -> Any:
 def _check_arguments(manager: PluginManager, hook: str, kwargs: dict[str, Any]) -> None:
     spec = getattr(manager.pm.hook, hook).spec
     expected = set(spec.argnames) if spec is not None else set()
-    if set(kwargs) != expected:
+    if kwargs.keys() != expected:
         missing, extra = sorted(expected - set(kwargs)), sorted(set(kwargs) - expected)
         raise HookCallError(
             f"hook {hook} called with the wrong arguments (missing: {', '.join(missing) or 'none'}; "
@@ -93,14 +95,53 @@ def bind(manager: PluginManager, plugin: str, kwargs: dict[str, Any]) -> dict[st
             if session is not ctx.session:
                 changes["session"] = session
         if changes:
-            return {**kwargs, "ctx": dataclasses.replace(ctx, **changes)}
+            return {**kwargs, "ctx": _replace(ctx, changes)}
     return kwargs
 
 
+def _replace(ctx: Any, changes: dict[str, Any]) -> Any:
+    """``dataclasses.replace(ctx, **changes)``, at the cost of a dict copy where that is the same
+    thing: a context class whose fields all go through ``__init__`` and that has no ``__post_init__``
+    (the core's). Rebinding happens on every hook call of every turn."""
+    if not _plain_dataclass(type(ctx)):
+        return dataclasses.replace(ctx, **changes)
+    new = object.__new__(type(ctx))
+    new.__dict__.update(ctx.__dict__)
+    new.__dict__.update(changes)
+    return new
+
+
+@cache
+def _plain_dataclass(cls: type) -> bool:
+    return (
+        not hasattr(cls, "__post_init__")
+        and "__slots__" not in cls.__dict__
+        and all(f.init for f in dataclasses.fields(cls))
+    )
+
+
+_CALLERS: weakref.WeakKeyDictionary[PluginManager, dict[Any, pluggy.HookCaller]] = weakref.WeakKeyDictionary()
+_MAX_CALLERS = 4096
+
+
 def _caller(manager: PluginManager, hook: str, impl: pluggy.HookImpl) -> pluggy.HookCaller:
-    """A pluggy hook caller that runs ``impl`` and the wrappers of enabled plugins, nothing else."""
-    keep = {impl.plugin} | {w.plugin for w in manager.wrappers(hook)}
-    return manager.pm.subset_hook_caller(hook, [p for p in manager.pm.get_plugins() if p not in keep])
+    """A pluggy hook caller that runs ``impl`` and the wrappers of enabled plugins, nothing else.
+
+    Made once per hook, implementation and set of wrappers: pluggy's subset caller walks every
+    registered plugin to be made. The key holds the hook's implementations as they are now, so a
+    plugin registered or unregistered later gets a caller of its own."""
+    wrappers = tuple(manager.wrappers(hook))
+    callers = _CALLERS.setdefault(manager, {})
+    key = (hook, impl, wrappers, tuple(getattr(manager.pm.hook, hook).get_hookimpls()))
+    caller = callers.get(key)
+    if caller is None:
+        keep = {impl.plugin} | {w.plugin for w in wrappers}
+        if len(callers) >= _MAX_CALLERS:
+            callers.clear()
+        caller = callers[key] = manager.pm.subset_hook_caller(
+            hook, [p for p in manager.pm.get_plugins() if p not in keep]
+        )
+    return caller
 
 
 def call_impl_sync(manager: PluginManager, hook: str, impl: pluggy.HookImpl, **kwargs: Any) -> Any:
