@@ -343,24 +343,74 @@ def _cancel_requested(task: asyncio.Task[Any]) -> bool:
     return True if cancelling is None else cancelling() > 0
 
 
-_VALIDATORS: dict[int, tuple[dict[str, Any], Any]] = {}
+_VALIDATORS: dict[int, tuple[dict[str, Any], Any, Callable[[Any], bool] | None]] = {}
 _MAX_VALIDATORS = 1024
 
 
-def _validator(schema: dict[str, Any]) -> Any:
-    """One validator per schema object, built once: building one costs more than validating a call."""
+def _validator(schema: dict[str, Any]) -> tuple[Any, Callable[[Any], bool] | None]:
+    """One validator per schema object, built once: building one costs more than validating a call;
+    with it the schema's quick check, if it has one."""
     entry = _VALIDATORS.get(id(schema))
     if entry is None or entry[0] is not schema:  # the schema is held, so its id is not reused meanwhile
         if len(_VALIDATORS) >= _MAX_VALIDATORS:
             _VALIDATORS.clear()
-        entry = (schema, jsonschema.validators.validator_for(schema)(schema))
+        entry = (schema, jsonschema.validators.validator_for(schema)(schema), _quick_check(schema))
         _VALIDATORS[id(schema)] = entry
-    return entry[1]
+    return entry[1], entry[2]
+
+
+_QUICK_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "number": (int, float),
+    "integer": (int,),
+    "boolean": (bool,),
+    "null": (type(None),),
+}
+"""The exact Python types a quick check accepts for each JSON type (anything else, ``1.0`` for an
+integer or a ``str`` subclass, is left to jsonschema)."""
+_QUICK_OBJECT_KEYS = {"type", "properties", "required", "additionalProperties", "title", "description"}
+_QUICK_PROPERTY_KEYS = {"type", "default", "title", "description"}
+
+
+def _quick_check(schema: dict[str, Any]) -> Callable[[Any], bool] | None:
+    """For the schema ``@tool`` writes for scalar arguments (an object of typed properties, some
+    required, maybe no others), a check that says True only of arguments jsonschema accepts, in a
+    few dict lookups; ``None`` for any other schema. A False goes to jsonschema, which finds the errors."""
+    if set(schema) - _QUICK_OBJECT_KEYS or schema.get("type") != "object":
+        return None
+    properties, required = schema.get("properties", {}), schema.get("required", [])
+    closed = schema.get("additionalProperties", True)
+    if not isinstance(properties, dict) or not isinstance(required, list) or not isinstance(closed, bool):
+        return None
+    types: dict[str, tuple[type, ...]] = {}
+    for name, prop in properties.items():
+        kind = prop.get("type") if isinstance(prop, dict) else None
+        if not isinstance(kind, str) or kind not in _QUICK_TYPES or set(prop) - _QUICK_PROPERTY_KEYS:
+            return None
+        types[name] = _QUICK_TYPES[kind]
+    need = tuple(required)
+
+    def check(arguments: Any) -> bool:
+        if type(arguments) is not dict or not all(n in arguments for n in need):
+            return False
+        for name, value in arguments.items():
+            allowed = types.get(name)
+            if allowed is None:
+                if closed is False:
+                    return False
+            elif type(value) not in allowed:
+                return False
+        return True
+
+    return check
 
 
 def _schema_problem(tool: Tool, arguments: Any) -> str | None:
     """Every way ``arguments`` breaks the tool's schema, each naming its argument; ``None`` if valid."""
-    errors = sorted(_validator(tool.parameters).iter_errors(arguments), key=jsonschema.exceptions.relevance)
+    validator, quick = _validator(tool.parameters)
+    if quick is not None and quick(arguments):
+        return None
+    errors = sorted(validator.iter_errors(arguments), key=jsonschema.exceptions.relevance)
     if not errors:
         return None
     parts = []
