@@ -146,10 +146,10 @@ def _template_environment() -> type:
 
         def getattr(self, obj: Any, attribute: str) -> Any:
             # A message's ``m.role``: Jinja tries the attribute first and, for a plain dict, pays for
-            # an AttributeError before it reads the key. A name no dict attribute has goes straight
-            # to the key; a missing key takes Jinja's own path (an undefined, as before).
-            if type(obj) is dict and attribute in obj and attribute not in _DICT_ATTRIBUTES:
-                return obj[attribute]
+            # an AttributeError (and a KeyError when the key is missing too) before it answers. A name
+            # no dict attribute has is the key, or Jinja's undefined for it, at once.
+            if type(obj) is dict and attribute not in _DICT_ATTRIBUTES:
+                return obj[attribute] if attribute in obj else self.undefined(obj=obj, name=attribute)
             return super().getattr(obj, attribute)
 
         def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:

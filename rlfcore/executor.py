@@ -6,9 +6,10 @@ One executor serves every trajectory of a run, so its limits are global: at most
 an answer it can read, so nothing here raises: unknown tools, unreadable calls, bad arguments,
 exceptions, timeouts and exhausted retries all come back as a :class:`ToolResult` with ``error`` set.
 
-Sync tools run in their own daemon thread, so they never block the event loop. Python cannot kill a
-thread, and an async tool may ignore its cancellation: a call past its timeout is answered with a
-timeout error at once, but whatever still runs keeps its concurrency slots until it ends, so the limits
+Sync tools run in a thread of their own (kept for a later call once theirs ends), so they never
+block the event loop. Python cannot kill a thread, and an async tool may ignore its cancellation: a
+call past its timeout is answered with a timeout error at once, but whatever still runs keeps its
+concurrency slots until it ends, so the limits
 count everything that executes. A call that cannot get a slot within its own timeout while such
 overrunning calls hold slots is a timeout error too, so hung tools never stall a step. An exception
 of any kind a tool raises (``SystemExit``, ``KeyboardInterrupt``, ``CancelledError`` included) is
@@ -24,6 +25,7 @@ import inspect
 import json
 import logging
 import math
+import os
 import time
 import traceback
 from collections import Counter, OrderedDict, deque
@@ -428,8 +430,76 @@ def _render(value: Any) -> str:
     return str(value)
 
 
+class _Workers:
+    """Threads for sync tools, kept for the next call once a call ends, a new one started whenever
+    none is free: a tool stuck past its timeout holds its own thread and nothing else, as a fresh
+    thread per call would, without a thread start on every call (the largest part of the loop's CPU
+    per call in benchmarks/loop_scheduling.py). A thread idle for ``IDLE_S`` ends.
+
+    ``_thread``, not ``threading.Thread``: threading's ``start()`` blocks the event loop until the new
+    thread runs (about 1 ms each under load, measured in benchmarks/loop_scheduling.py); these threads
+    are not joined at exit either, like daemon threads."""
+
+    IDLE_S = 10.0
+
+    def __init__(self) -> None:
+        self._lock = _thread.allocate_lock()
+        self._idle: list[_Worker] = []
+
+    def submit(self, job: Callable[[], None]) -> None:
+        with self._lock:
+            worker = self._idle.pop() if self._idle else None
+        if worker is None:
+            _thread.start_new_thread(_Worker(self, job).serve, ())
+            return
+        worker.job = job
+        worker.go.release()
+
+    def forget(self) -> None:
+        """In a forked child: the parent's threads are not there."""
+        self._lock = _thread.allocate_lock()
+        self._idle = []
+
+    def rest(self, worker: _Worker) -> bool:
+        """Offer ``worker`` for the next call and wait for one; False when it should end."""
+        with self._lock:
+            self._idle.append(worker)
+        if worker.go.acquire(timeout=self.IDLE_S):
+            return True
+        with self._lock:
+            if worker in self._idle:
+                self._idle.remove(worker)
+                return False
+        worker.go.acquire()  # taken by a call as the wait ran out: its job is on the way
+        return True
+
+
+class _Worker:
+    def __init__(self, pool: _Workers, job: Callable[[], None]):
+        self.pool = pool
+        self.job: Callable[[], None] | None = job
+        self.go = _thread.allocate_lock()
+        self.go.acquire()
+
+    def serve(self) -> None:
+        while True:
+            self._run()
+            if not self.pool.rest(self):
+                return
+
+    def _run(self) -> None:
+        """The job, let go of once it ran (it holds the call's loop, arguments and answer)."""
+        job, self.job = self.job, None
+        if job is not None:
+            job()  # never raises: the job hands every outcome to its event loop
+
+
+_WORKERS = _Workers()
+os.register_at_fork(after_in_child=_WORKERS.forget)
+
+
 async def _in_thread(fn: Any, arguments: dict[str, Any], name: str) -> Any:
-    """Run ``fn`` in a fresh daemon thread: one stuck past its timeout cannot block a pool or the exit."""
+    """Run ``fn`` in a thread of its own: one stuck past its timeout cannot block a pool or the exit."""
     loop = asyncio.get_running_loop()
     future: asyncio.Future[Any] = loop.create_future()
     context = contextvars.copy_context()
@@ -454,10 +524,7 @@ async def _in_thread(fn: Any, arguments: dict[str, Any], name: str) -> Any:
         except RuntimeError:  # the loop closed while the tool ran
             pass
 
-    # _thread, not threading.Thread: threading's start() blocks the event loop until the new thread
-    # runs (about 1 ms each under load, measured in benchmarks/loop_scheduling.py); these threads are
-    # not joined at exit either, like daemon threads.
-    _thread.start_new_thread(work, ())
+    _WORKERS.submit(work)
     try:
         return await asyncio.shield(future)
     except asyncio.CancelledError:
