@@ -2,8 +2,10 @@
 
 Each implementation is one pluggy call (a subset hook caller holding it and the enabled plugins'
 wrappers), so hook wrappers and pluggy's call monitoring (``RLF_TRACE_PLUGINS``) see every answer
-with the plugin that gave it, while the core keeps what pluggy cannot do for an ``async def``
-implementation: await it, and only then decide whether a *first result* hook has its answer.
+with the plugin that gave it; where neither is there, the implementation is called as pluggy would
+call it, without pluggy's machinery around it (the loop calls three hooks a turn). Meanwhile the
+core keeps what pluggy cannot do for an ``async def`` implementation: await it, and only then
+decide whether a *first result* hook has its answer.
 
 The binding rule: a caller passes every argument of the spec by keyword; an implementation receives
 the subset it names (pluggy's rule); a ``ctx`` reaches it rebound to the implementing plugin (a
@@ -120,19 +122,32 @@ def _plain_dataclass(cls: type) -> bool:
     )
 
 
+def _pluggy_call() -> Any:
+    """pluggy's own execution of a hook call, which a monitor (``RLF_TRACE_PLUGINS``, pluggy's
+    tracing) replaces; ``None`` in a pluggy laid out otherwise (every call then goes through pluggy)."""
+    try:
+        from pluggy import _callers
+    except ImportError:
+        return None
+    return getattr(_callers, "_multicall", None)
+
+
+_PLUGGY_CALL = _pluggy_call()
+
 _CALLERS: weakref.WeakKeyDictionary[PluginManager, dict[Any, pluggy.HookCaller]] = weakref.WeakKeyDictionary()
 _MAX_CALLERS = 4096
 
 
-def _caller(manager: PluginManager, hook: str, impl: pluggy.HookImpl) -> pluggy.HookCaller:
-    """A pluggy hook caller that runs ``impl`` and the wrappers of enabled plugins, nothing else.
+def _caller(
+    manager: PluginManager, hook: str, impl: pluggy.HookImpl, wrappers: list[pluggy.HookImpl]
+) -> pluggy.HookCaller:
+    """A pluggy hook caller that runs ``impl`` and ``wrappers`` (the enabled plugins'), nothing else.
 
     Made once per hook, implementation and set of wrappers: pluggy's subset caller walks every
     registered plugin to be made. The key holds the hook's implementations as they are now, so a
     plugin registered or unregistered later gets a caller of its own."""
-    wrappers = tuple(manager.wrappers(hook))
     callers = _CALLERS.setdefault(manager, {})
-    key = (hook, impl, wrappers, tuple(getattr(manager.pm.hook, hook).get_hookimpls()))
+    key = (hook, impl, tuple(wrappers), tuple(getattr(manager.pm.hook, hook).get_hookimpls()))
     caller = callers.get(key)
     if caller is None:
         keep = {impl.plugin} | {w.plugin for w in wrappers}
@@ -147,9 +162,15 @@ def _caller(manager: PluginManager, hook: str, impl: pluggy.HookImpl) -> pluggy.
 def call_impl_sync(manager: PluginManager, hook: str, impl: pluggy.HookImpl, **kwargs: Any) -> Any:
     """One implementation's answer, through pluggy; an awaitable from a sync-only hook is an error."""
     _check_arguments(manager, hook, kwargs)
-    answer = _caller(manager, hook, impl)(**bind(manager, impl.plugin_name, kwargs))
-    if not RULES[hook].firstresult:  # pluggy's collect-all answer: a list, without the None
-        answer = answer[0] if answer else None
+    bound = bind(manager, impl.plugin_name, kwargs)
+    wrappers = manager.wrappers(hook)
+    if not wrappers and getattr(manager.pm, "_inner_hookexec", None) is _PLUGGY_CALL:
+        # What pluggy would do, and all it would do: nothing wraps or watches the call.
+        answer = impl.function(*[bound[name] for name in impl.argnames])
+    else:
+        answer = _caller(manager, hook, impl, wrappers)(**bound)
+        if not RULES[hook].firstresult:  # pluggy's collect-all answer: a list, without the None
+            answer = answer[0] if answer else None
     if inspect.isawaitable(answer) and not RULES[hook].may_be_async:
         close = getattr(answer, "close", None)
         if close is not None:
