@@ -28,6 +28,7 @@ import math
 import os
 import time
 import traceback
+import weakref
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
@@ -446,7 +447,7 @@ class _Workers:
         self._lock = _thread.allocate_lock()
         self._idle: list[_Worker] = []
 
-    def submit(self, job: Callable[[], None]) -> None:
+    def submit(self, job: _Job) -> None:
         with self._lock:
             worker = self._idle.pop() if self._idle else None
         if worker is None:
@@ -460,10 +461,14 @@ class _Workers:
         self._lock = _thread.allocate_lock()
         self._idle = []
 
-    def rest(self, worker: _Worker) -> bool:
-        """Offer ``worker`` for the next call and wait for one; False when it should end."""
+    def offer(self, worker: _Worker) -> None:
+        """``worker`` is free for the next call (before it hands its answer over, so the call that
+        answer lets go on finds it free)."""
         with self._lock:
             self._idle.append(worker)
+
+    def rest(self, worker: _Worker) -> bool:
+        """Wait for the next call; False when none came in ``IDLE_S`` and the worker should end."""
         if worker.go.acquire(timeout=self.IDLE_S):
             return True
         with self._lock:
@@ -474,10 +479,14 @@ class _Workers:
         return True
 
 
+_Job = Callable[[], Callable[[], None]]
+"""A call to run in a worker thread; it returns how to hand its answer over."""
+
+
 class _Worker:
-    def __init__(self, pool: _Workers, job: Callable[[], None]):
+    def __init__(self, pool: _Workers, job: _Job):
         self.pool = pool
-        self.job: Callable[[], None] | None = job
+        self.job: _Job | None = job
         self.go = _thread.allocate_lock()
         self.go.acquire()
 
@@ -490,8 +499,47 @@ class _Worker:
     def _run(self) -> None:
         """The job, let go of once it ran (it holds the call's loop, arguments and answer)."""
         job, self.job = self.job, None
-        if job is not None:
-            job()  # never raises: the job hands every outcome to its event loop
+        hand_over = job() if job is not None else None  # never raises: every outcome is an answer
+        self.pool.offer(self)
+        if hand_over is not None:
+            hand_over()
+
+
+class _Inbox:
+    """Sync tools' answers for one event loop, handed over in batches: the answers that arrive
+    before the loop gets to them cost one wake-up of the loop together, not one each."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.loop = loop
+        self.answers: deque[tuple[Callable[[bool, Any], None], bool, Any]] = deque()
+        self.woken = False
+
+    def put(self, settle: Callable[[bool, Any], None], ok: bool, value: Any) -> None:
+        """From a tool's thread."""
+        self.answers.append((settle, ok, value))
+        if not self.woken:  # two threads may both wake the loop: the second finds nothing left
+            self.woken = True
+            self.loop.call_soon_threadsafe(self.deliver)
+
+    def deliver(self) -> None:
+        """On the loop: every answer there is, including any that arrive meanwhile."""
+        self.woken = False
+        while self.answers:
+            settle, ok, value = self.answers.popleft()
+            try:
+                settle(ok, value)
+            except Exception as exc:  # as the loop reports a failing callback, and on to the next
+                self.loop.call_exception_handler({"message": "settling a tool's answer failed", "exception": exc})
+
+
+_INBOXES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Inbox] = weakref.WeakKeyDictionary()
+
+
+def _inbox(loop: asyncio.AbstractEventLoop) -> _Inbox:
+    inbox = _INBOXES.get(loop)
+    if inbox is None:
+        inbox = _INBOXES[loop] = _Inbox(loop)
+    return inbox
 
 
 _WORKERS = _Workers()
@@ -510,7 +558,9 @@ async def _in_thread(fn: Any, arguments: dict[str, Any], name: str) -> Any:
         else:
             future.set_exception(value)
 
-    def work() -> None:
+    def work() -> Callable[[], None]:
+        ok: bool
+        value: Any
         try:
             ok, value = True, context.run(fn, **arguments)
         except Exception as exc:  # handed to the awaiting coroutine, which turns it into a result
@@ -519,11 +569,16 @@ async def _in_thread(fn: Any, arguments: dict[str, Any], name: str) -> Any:
             wrapped = _Raised()
             wrapped.__cause__ = exc
             ok, value = False, wrapped
-        try:
-            loop.call_soon_threadsafe(settle, ok, value)
-        except RuntimeError:  # the loop closed while the tool ran
-            pass
 
+        def hand_over() -> None:
+            try:
+                inbox.put(settle, ok, value)
+            except RuntimeError:  # the loop closed while the tool ran
+                pass
+
+        return hand_over
+
+    inbox = _inbox(loop)
     _WORKERS.submit(work)
     try:
         return await asyncio.shield(future)
