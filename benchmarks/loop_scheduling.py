@@ -423,6 +423,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     batch = batch_sync(latencies, args.turns, args.gen_latency)
     bare = bare_asyncio(latencies, args.turns, args.gen_latency)
     cost = rlf_loop(zero, args.turns, 0.0)
+    cost_async = rlf_loop(zero, args.turns, 0.0, use_async=True)
     bare_cost = bare_asyncio(zero, args.turns, 0.0)
     verl = verl_rows(latencies, args.turns, args.gen_latency, zero)
     scale = scale_point(args) if args.scale else None
@@ -447,6 +448,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "bare_asyncio_s": bare["wall_s"],
         "verl_tool_agent_loop": verl,
         "framework_cpu": _cpu(cost),
+        "framework_cpu_async_tool": _cpu(cost_async),
         "bare_asyncio_cpu": _cpu(bare_cost),
         "scale": scale,
         "ratios": {
@@ -498,6 +500,10 @@ def table(result: dict[str, Any]) -> str:
         f"CPU {cpu['cpu_s']:.3f} s",
         f"  {cpu['cpu_per_tool_call_s'] * 1e3:.3f} ms CPU per tool call, {cpu['cpu_per_turn_s'] * 1e3:.3f} ms per turn",
     ]
+    a = result["framework_cpu_async_tool"]
+    lines.append(
+        f"  async tool: {a['cpu_per_tool_call_s'] * 1e3:.3f} ms CPU per tool call, {a['cpu_per_turn_s'] * 1e3:.3f} ms per turn"
+    )
     b = result["bare_asyncio_cpu"]
     lines.append(
         f"bare asyncio CPU (zero latency, same token work): {b['cpu_per_tool_call_s'] * 1e3:.3f} ms per tool call, "

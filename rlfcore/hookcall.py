@@ -21,7 +21,6 @@ import dataclasses
 import inspect
 import weakref
 from collections.abc import Callable
-from functools import cache
 from typing import TYPE_CHECKING, Any
 
 import pluggy
@@ -113,13 +112,18 @@ def _replace(ctx: Any, changes: dict[str, Any]) -> Any:
     return new
 
 
-@cache
+_PLAIN_DATACLASSES: dict[type, bool] = {}
+
+
 def _plain_dataclass(cls: type) -> bool:
-    return (
-        not hasattr(cls, "__post_init__")
-        and "__slots__" not in cls.__dict__
-        and all(f.init for f in dataclasses.fields(cls))
-    )
+    plain = _PLAIN_DATACLASSES.get(cls)
+    if plain is None:
+        plain = _PLAIN_DATACLASSES[cls] = (
+            not hasattr(cls, "__post_init__")
+            and "__slots__" not in cls.__dict__
+            and all(f.init for f in dataclasses.fields(cls))
+        )
+    return plain
 
 
 def _pluggy_call() -> Any:
