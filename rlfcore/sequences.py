@@ -73,9 +73,12 @@ class RolloutTokens(Protocol):
     ) -> tuple[int, list[int]]: ...
 
 
-REMEMBERED = 4096
+REMEMBERED = 1024
 """Renderings a builder keeps (least recently used dropped): prompts, which the samples of a row
 share, and observations, which repeat across trajectories (the same result of the same call)."""
+REMEMBERED_CHARS = 16_384
+"""Messages longer than this as JSON are rendered every time: long tool outputs seldom repeat, and
+memory stays under REMEMBERED times a few of these."""
 
 
 _PLAIN = (str, int, float, bool, type(None))
@@ -95,7 +98,10 @@ def _plain(value: Any) -> bool:
 def _key(value: Any) -> str | None:
     """The exact JSON of messages, a rendering's cache key; ``None`` (no caching) for anything but
     plain JSON values. Key order is kept: a template may iterate a message's keys."""
-    return json.dumps(value, ensure_ascii=False) if _plain(value) else None
+    if not _plain(value):
+        return None
+    key = json.dumps(value, ensure_ascii=False)
+    return key if len(key) <= REMEMBERED_CHARS else None
 
 
 def _remembered(cache: OrderedDict[Any, list[int]], key: Any) -> list[int] | None:
