@@ -30,6 +30,7 @@ import importlib.util
 import json
 import math
 import random
+import re
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -48,6 +49,7 @@ TOOL_MEDIAN_S = 0.020
 TOOL_P99_S = 1.0
 BATCH_SYNC_THREADS = 32
 TARGET_RLF_OVER_IDEAL = 1.15
+TARGET_SCALE_OVER_IDEAL = 1.06
 DEFAULT_OUT = Path(__file__).parent / "results" / "loop_scheduling.json"
 
 Latencies = list[list[list[float]]]
@@ -77,11 +79,11 @@ class SleepTools:
         return [async_sleep if self.use_async else sync_sleep]
 
 
-def draw_latencies(trajectories: int, turns: int, calls: int, seed: int) -> Latencies:
-    """Lognormal latencies with median TOOL_MEDIAN_S and 99th percentile TOOL_P99_S."""
-    sigma = math.log(TOOL_P99_S / TOOL_MEDIAN_S) / statistics.NormalDist().inv_cdf(0.99)
+def draw_latencies(trajectories: int, turns: int, calls: int, seed: int, median_s: float = TOOL_MEDIAN_S) -> Latencies:
+    """Lognormal latencies with median ``median_s`` and 99th percentile TOOL_P99_S."""
+    sigma = math.log(TOOL_P99_S / median_s) / statistics.NormalDist().inv_cdf(0.99)
     rng = random.Random(seed)
-    mu = math.log(TOOL_MEDIAN_S)
+    mu = math.log(median_s)
     return [
         [[rng.lognormvariate(mu, sigma) for _ in range(calls)] for _ in range(turns - 1)] for _ in range(trajectories)
     ]
@@ -116,12 +118,15 @@ def _call_text(seconds: float) -> str:
     return '<tool_call>\n{"name": "sleep", "arguments": ' + json.dumps({"seconds": seconds}) + "}\n</tool_call>"
 
 
+def _script(traj: list[list[float]]) -> list[str]:
+    """A trajectory's turns as a model trained on the template writes them: its calls one a line."""
+    return ["\n".join(_call_text(s) for s in turn) for turn in traj] + ["done"]
+
+
 def rlf_loop(latencies: Latencies, turns: int, gen_latency: float, use_async: bool = False) -> dict[str, Any]:
     """Wall and CPU time of the real loop over ``latencies``; raises if any trajectory went wrong."""
     trajectories, calls = len(latencies), len(latencies[0][0])
-    scripts = {
-        f"t{i}": ["".join(_call_text(s) for s in turn) for turn in traj] + ["done"] for i, traj in enumerate(latencies)
-    }
+    scripts = {f"t{i}": _script(traj) for i, traj in enumerate(latencies)}
     longest = max(len(text.encode()) for script in scripts.values() for text in script)
     slowest = max(s for traj in latencies for turn in traj for s in turn)
     config = {
@@ -142,12 +147,13 @@ def rlf_loop(latencies: Latencies, turns: int, gen_latency: float, use_async: bo
     cpu, wall = time.process_time(), time.perf_counter()
     done = asyncio.run(loop.run(rows, n=1))
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-    bad = [t for t in done if t.stop_reason != "answer" or t.tool_errors or t.num_turns != turns]
+    bad = [t for t in done if t.stop_reason != "answer" or t.tool_errors or t.num_turns != turns or t.template_mismatch]
     if bad:
         t = bad[0]
         raise RuntimeError(
             f"{len(bad)} trajectories did not run as scripted, e.g. {t.id}: stop_reason={t.stop_reason}, "
-            f"turns={t.num_turns}, tool errors={t.tool_error_kinds}, error={t.error}"
+            f"turns={t.num_turns}, tool errors={t.tool_error_kinds}, error={t.error}, "
+            f"template mismatch={t.template_mismatch}"
         )
     return {
         "wall_s": wall,
@@ -155,6 +161,46 @@ def rlf_loop(latencies: Latencies, turns: int, gen_latency: float, use_async: bo
         "tool_calls": sum(t.tool_calls for t in done),
         "turns": sum(t.num_turns for t in done),
     }
+
+
+_CALL = re.compile(r"<tool_call>\n(.*?)\n</tool_call>", re.DOTALL)
+
+
+def bare_asyncio(latencies: Latencies, turns: int, gen_latency: float) -> dict[str, Any]:
+    """The least a loop can do for the same work, with no framework: per trajectory and turn, wait
+    the generation latency, encode the scripted text and decode it, read its calls with one regex
+    and ``json.loads``, await the async ``sleep`` of each call together, and encode the observation
+    the template would render; every trajectory at once on one event loop."""
+    tokenizer = ByteChatTokenizer()
+    eos = tokenizer.eos_token_ids[0]
+    prompt = tokenizer.render([{"role": "user", "content": "Wait as told, then say done."}], None, True)
+
+    async def one(script: list[str]) -> int:
+        ids, calls_made = tokenizer.encode(prompt), 0
+        for text in script:
+            if gen_latency:
+                await asyncio.sleep(gen_latency)
+            generated = tokenizer.encode(text) + [eos]
+            ids += generated
+            calls = [json.loads(c) for c in _CALL.findall(tokenizer.decode(generated[:-1]))]
+            if not calls:
+                break
+            results = await asyncio.gather(*(asyncio.sleep(c["arguments"]["seconds"], "ok") for c in calls))
+            calls_made += len(calls)
+            responses = "".join(f"\n<tool_response>\n{r}\n</tool_response>" for r in results)
+            ids += tokenizer.encode(f"\n<|im_start|>user{responses}<|im_end|>\n<|im_start|>assistant\n")
+        return calls_made
+
+    async def everything() -> list[int]:
+        return list(await asyncio.gather(*(one(_script(traj)) for traj in latencies)))
+
+    cpu, wall = time.process_time(), time.perf_counter()
+    made = asyncio.run(everything())
+    wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+    expected = (turns - 1) * len(latencies[0][0])
+    if any(n != expected for n in made):
+        raise RuntimeError(f"bare asyncio made {made[:4]}... calls per trajectory, not {expected}")
+    return {"wall_s": wall, "cpu_s": cpu, "tool_calls": sum(made), "turns": len(latencies) * turns}
 
 
 class ScriptedVerlServer:
@@ -241,7 +287,7 @@ def verl_tool_agent_loop(
     from rlfcore.backends.verl.hydra import compose
 
     trajectories, calls = len(latencies), len(latencies[0][0])
-    scripts = [["".join(_call_text(s) for s in turn) for turn in traj] + ["done"] for traj in latencies]
+    scripts = [_script(traj) for traj in latencies]
     roll = "actor_rollout_ref.rollout"
     cfg = compose(
         [
@@ -327,6 +373,45 @@ def _cpu(cost: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def scale_point(args: argparse.Namespace) -> dict[str, Any]:
+    """``--scale`` trajectories at once with slower tools (median ``--scale-tool-median``), where
+    the loop's CPU per call, not the tools, sets the wall time: rlf (sync and async tool), bare
+    asyncio doing the same token work, and verl's ToolAgentLoop (async tool) if installed."""
+    latencies = draw_latencies(args.scale, args.turns, args.calls, args.seed, args.scale_tool_median)
+    ideal = ideal_bound(latencies, args.turns, args.gen_latency)
+    rlf = rlf_loop(latencies, args.turns, args.gen_latency)
+    rlf_async = rlf_loop(latencies, args.turns, args.gen_latency, use_async=True)
+    bare = bare_asyncio(latencies, args.turns, args.gen_latency)
+    out: dict[str, Any] = {
+        "trajectories": args.scale,
+        "tool_latency_model": {"kind": "lognormal", "median_s": args.scale_tool_median, "p99_s": TOOL_P99_S},
+        "ideal_bound_s": ideal,
+        "rlf_loop_s": rlf["wall_s"],
+        "rlf_loop_async_tool_s": rlf_async["wall_s"],
+        "bare_asyncio_s": bare["wall_s"],
+        "verl_async_tool_s": None,
+        "ratios": {
+            "rlf_over_ideal": rlf["wall_s"] / ideal,
+            "rlf_async_tool_over_ideal": rlf_async["wall_s"] / ideal,
+            "bare_asyncio_over_ideal": bare["wall_s"] / ideal,
+            "rlf_over_ideal_target": TARGET_SCALE_OVER_IDEAL,
+        },
+    }
+    if importlib.util.find_spec("verl") is None:
+        out["verl_skipped"] = "verl not installed"
+    elif not args.scale_verl:
+        out["verl_skipped"] = "run with --scale-verl (minutes at this size)"
+    else:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as work:
+            model = verl_model(Path(work))
+            verl = verl_tool_agent_loop(latencies, args.turns, args.gen_latency, model, use_async=True)
+        out["verl_async_tool_s"] = verl["wall_s"]
+        out["ratios"]["verl_async_tool_over_ideal"] = verl["wall_s"] / ideal
+    return out
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     latencies = draw_latencies(args.trajectories, args.turns, args.calls, args.seed)
     drawn = [s for traj in latencies for turn in traj for s in turn]
@@ -336,8 +421,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     rlf = rlf_loop(latencies, args.turns, args.gen_latency)
     rlf_async = rlf_loop(latencies, args.turns, args.gen_latency, use_async=True)
     batch = batch_sync(latencies, args.turns, args.gen_latency)
+    bare = bare_asyncio(latencies, args.turns, args.gen_latency)
     cost = rlf_loop(zero, args.turns, 0.0)
+    cost_async = rlf_loop(zero, args.turns, 0.0, use_async=True)
+    bare_cost = bare_asyncio(zero, args.turns, 0.0)
     verl = verl_rows(latencies, args.turns, args.gen_latency, zero)
+    scale = scale_point(args) if args.scale else None
     return {
         "config": {
             "trajectories": args.trajectories,
@@ -356,13 +445,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "rlf_loop_async_tool_s": rlf_async["wall_s"],
         "ideal_bound_s": ideal,
         "batch_sync_s": batch,
+        "bare_asyncio_s": bare["wall_s"],
         "verl_tool_agent_loop": verl,
         "framework_cpu": _cpu(cost),
+        "framework_cpu_async_tool": _cpu(cost_async),
+        "bare_asyncio_cpu": _cpu(bare_cost),
+        "scale": scale,
         "ratios": {
             "rlf_over_ideal": rlf["wall_s"] / ideal,
             "rlf_over_ideal_target": TARGET_RLF_OVER_IDEAL,
             "rlf_async_tool_over_ideal": rlf_async["wall_s"] / ideal,
             "batch_sync_over_rlf": batch / rlf["wall_s"],
+            "bare_asyncio_over_ideal": bare["wall_s"] / ideal,
         },
     }
 
@@ -390,6 +484,7 @@ def table(result: dict[str, Any]) -> str:
             f"{result['batch_sync_s']:.3f} s",
             f"{result['batch_sync_s'] / result['ideal_bound_s']:.2f}",
         ),
+        ("bare asyncio", f"{result['bare_asyncio_s']:.3f} s", f"{r['bare_asyncio_over_ideal']:.2f}"),
         ("verl ToolAgentLoop", *timed(verl.get("wall_s"))),
         ("verl, async tool", *timed(verl.get("async_tool_wall_s"))),
     ]
@@ -405,13 +500,51 @@ def table(result: dict[str, Any]) -> str:
         f"CPU {cpu['cpu_s']:.3f} s",
         f"  {cpu['cpu_per_tool_call_s'] * 1e3:.3f} ms CPU per tool call, {cpu['cpu_per_turn_s'] * 1e3:.3f} ms per turn",
     ]
+    a = result["framework_cpu_async_tool"]
+    lines.append(
+        f"  async tool: {a['cpu_per_tool_call_s'] * 1e3:.3f} ms CPU per tool call, {a['cpu_per_turn_s'] * 1e3:.3f} ms per turn"
+    )
+    b = result["bare_asyncio_cpu"]
+    lines.append(
+        f"bare asyncio CPU (zero latency, same token work): {b['cpu_per_tool_call_s'] * 1e3:.3f} ms per tool call, "
+        f"{b['cpu_per_turn_s'] * 1e3:.3f} ms per turn"
+    )
     if "framework_cpu" in verl:
         v = verl["framework_cpu"]
         lines += [
             f"verl ToolAgentLoop CPU (zero latency, async tool): wall {v['wall_s']:.3f} s, CPU {v['cpu_s']:.3f} s",
             f"  {v['cpu_per_tool_call_s'] * 1e3:.3f} ms CPU per tool call, {v['cpu_per_turn_s'] * 1e3:.3f} ms per turn",
         ]
+    if result["scale"] is not None:
+        lines += ["", *scale_table(result["scale"], c)]
     return "\n".join(lines)
+
+
+def scale_table(scale: dict[str, Any], c: dict[str, Any]) -> list[str]:
+    ideal, r, model = scale["ideal_bound_s"], scale["ratios"], scale["tool_latency_model"]
+    verl = scale["verl_async_tool_s"]
+    rows = [
+        ("ideal bound", ideal),
+        ("rlf loop", scale["rlf_loop_s"]),
+        ("rlf loop, async tool", scale["rlf_loop_async_tool_s"]),
+        ("bare asyncio", scale["bare_asyncio_s"]),
+        ("verl, async tool", verl),
+    ]
+    lines = [
+        f"scale point: {scale['trajectories']} trajectories x {c['turns']} turns ({c['tool_turns']} with "
+        f"{c['calls_per_turn']} calls), generation {c['gen_latency_s'] * 1000:g} ms, tools lognormal median "
+        f"{model['median_s'] * 1000:g} ms, p99 {model['p99_s'] * 1000:g} ms",
+        f"{'policy':<22}{'wall':>12}{'x ideal':>10}",
+    ]
+    lines += [
+        f"{a:<22}{'-' if b is None else f'{b:.3f} s':>12}{'-' if b is None else f'{b / ideal:.3f}':>10}"
+        for a, b in rows
+    ]
+    if "verl_skipped" in scale:
+        lines.append(f"  (verl skipped: {scale['verl_skipped']})")
+    verdict = "within" if r["rlf_over_ideal"] <= r["rlf_over_ideal_target"] else "OVER"
+    lines.append(f"rlf / ideal at scale = {r['rlf_over_ideal']:.3f} ({verdict} the {r['rlf_over_ideal_target']} goal)")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -421,10 +554,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--calls", type=int, default=2, help="tool calls in each turn but the last")
     parser.add_argument("--gen-latency", type=float, default=0.05, help="seconds per generate call")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--scale", type=int, default=1024, help="trajectories at the scale point (0: skip it)")
+    parser.add_argument("--scale-tool-median", type=float, default=0.1, help="median tool seconds at the scale point")
+    parser.add_argument("--scale-verl", action="store_true", help="run verl's ToolAgentLoop at the scale point too")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)
     if args.trajectories < 1 or args.turns < 2 or args.calls < 1 or args.gen_latency < 0:
         parser.error("need --trajectories >= 1, --turns >= 2, --calls >= 1 and --gen-latency >= 0")
+    if args.scale < 0 or not 0 < args.scale_tool_median < TOOL_P99_S:
+        parser.error(f"need --scale >= 0 and 0 < --scale-tool-median < {TOOL_P99_S} (the tools' p99)")
     result = run(args)
     print(table(result))
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -126,6 +126,9 @@ def _compile(template: str) -> Any:
     return _TEMPLATES[template]
 
 
+_DICT_ATTRIBUTES = frozenset(dir(dict))
+
+
 @cache
 def _template_environment() -> type:
     """Jinja's immutable sandbox, its attribute verdicts remembered per (object type, attribute name).
@@ -140,6 +143,14 @@ def _template_environment() -> type:
         def __init__(self, **options: Any):
             super().__init__(**options)
             self.verdicts: dict[tuple[type, str], bool] = {}
+
+        def getattr(self, obj: Any, attribute: str) -> Any:
+            # A message's ``m.role``: Jinja tries the attribute first and, for a plain dict, pays for
+            # an AttributeError (and a KeyError when the key is missing too) before it answers. A name
+            # no dict attribute has is the key, or Jinja's undefined for it, at once.
+            if type(obj) is dict and attribute not in _DICT_ATTRIBUTES:
+                return obj[attribute] if attribute in obj else self.undefined(obj=obj, name=attribute)
+            return super().getattr(obj, attribute)
 
         def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
             key = (type(obj), attr)
@@ -181,15 +192,13 @@ class ByteChatTokenizer:
         return ids
 
     def decode(self, ids: list[int]) -> str:
-        out, buf = [], bytearray()
-        for i in ids:
-            if i < 256:
-                buf.append(i)
-                continue
-            out.append(buf.decode("utf-8", errors="replace"))
-            buf = bytearray()
-            out.append(self.inverse.get(i, ""))
-        out.append(buf.decode("utf-8", errors="replace"))
+        # Runs of bytes decode at once between the special tokens (every turn decodes its tokens).
+        out, start = [], 0
+        for k in [k for k, i in enumerate(ids) if i >= 256]:
+            out.append(bytes(ids[start:k]).decode("utf-8", errors="replace"))
+            out.append(self.inverse.get(ids[k], ""))
+            start = k + 1
+        out.append(bytes(ids[start:]).decode("utf-8", errors="replace"))
         return "".join(out)
 
 

@@ -6,9 +6,10 @@ One executor serves every trajectory of a run, so its limits are global: at most
 an answer it can read, so nothing here raises: unknown tools, unreadable calls, bad arguments,
 exceptions, timeouts and exhausted retries all come back as a :class:`ToolResult` with ``error`` set.
 
-Sync tools run in their own daemon thread, so they never block the event loop. Python cannot kill a
-thread, and an async tool may ignore its cancellation: a call past its timeout is answered with a
-timeout error at once, but whatever still runs keeps its concurrency slots until it ends, so the limits
+Sync tools run in a thread of their own (kept for a later call once theirs ends), so they never
+block the event loop. Python cannot kill a thread, and an async tool may ignore its cancellation: a
+call past its timeout is answered with a timeout error at once, but whatever still runs keeps its
+concurrency slots until it ends, so the limits
 count everything that executes. A call that cannot get a slot within its own timeout while such
 overrunning calls hold slots is a timeout error too, so hung tools never stall a step. An exception
 of any kind a tool raises (``SystemExit``, ``KeyboardInterrupt``, ``CancelledError`` included) is
@@ -24,8 +25,10 @@ import inspect
 import json
 import logging
 import math
+import os
 import time
 import traceback
+import weakref
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
@@ -275,6 +278,9 @@ class ToolExecutor:
     async def _acquire(self, limit: asyncio.Semaphore, timeout: float) -> None:
         """Wait for a slot as long as it takes while the calls holding them run within their time; a
         wait past ``timeout`` while overrunning calls hold slots is :class:`_NoSlot`."""
+        if not limit.locked():  # a free slot is taken at once: no task and no timer for the wait
+            await limit.acquire()
+            return
         while True:
             try:
                 await asyncio.wait_for(limit.acquire(), timeout)
@@ -340,24 +346,74 @@ def _cancel_requested(task: asyncio.Task[Any]) -> bool:
     return True if cancelling is None else cancelling() > 0
 
 
-_VALIDATORS: dict[int, tuple[dict[str, Any], Any]] = {}
+_VALIDATORS: dict[int, tuple[dict[str, Any], Any, Callable[[Any], bool] | None]] = {}
 _MAX_VALIDATORS = 1024
 
 
-def _validator(schema: dict[str, Any]) -> Any:
-    """One validator per schema object, built once: building one costs more than validating a call."""
+def _validator(schema: dict[str, Any]) -> tuple[Any, Callable[[Any], bool] | None]:
+    """One validator per schema object, built once: building one costs more than validating a call;
+    with it the schema's quick check, if it has one."""
     entry = _VALIDATORS.get(id(schema))
     if entry is None or entry[0] is not schema:  # the schema is held, so its id is not reused meanwhile
         if len(_VALIDATORS) >= _MAX_VALIDATORS:
             _VALIDATORS.clear()
-        entry = (schema, jsonschema.validators.validator_for(schema)(schema))
+        entry = (schema, jsonschema.validators.validator_for(schema)(schema), _quick_check(schema))
         _VALIDATORS[id(schema)] = entry
-    return entry[1]
+    return entry[1], entry[2]
+
+
+_QUICK_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "number": (int, float),
+    "integer": (int,),
+    "boolean": (bool,),
+    "null": (type(None),),
+}
+"""The exact Python types a quick check accepts for each JSON type (anything else, ``1.0`` for an
+integer or a ``str`` subclass, is left to jsonschema)."""
+_QUICK_OBJECT_KEYS = {"type", "properties", "required", "additionalProperties", "title", "description"}
+_QUICK_PROPERTY_KEYS = {"type", "default", "title", "description"}
+
+
+def _quick_check(schema: dict[str, Any]) -> Callable[[Any], bool] | None:
+    """For the schema ``@tool`` writes for scalar arguments (an object of typed properties, some
+    required, maybe no others), a check that says True only of arguments jsonschema accepts, in a
+    few dict lookups; ``None`` for any other schema. A False goes to jsonschema, which finds the errors."""
+    if set(schema) - _QUICK_OBJECT_KEYS or schema.get("type") != "object":
+        return None
+    properties, required = schema.get("properties", {}), schema.get("required", [])
+    closed = schema.get("additionalProperties", True)
+    if not isinstance(properties, dict) or not isinstance(required, list) or not isinstance(closed, bool):
+        return None
+    types: dict[str, tuple[type, ...]] = {}
+    for name, prop in properties.items():
+        kind = prop.get("type") if isinstance(prop, dict) else None
+        if not isinstance(kind, str) or kind not in _QUICK_TYPES or set(prop) - _QUICK_PROPERTY_KEYS:
+            return None
+        types[name] = _QUICK_TYPES[kind]
+    need = tuple(required)
+
+    def check(arguments: Any) -> bool:
+        if type(arguments) is not dict or not all(n in arguments for n in need):
+            return False
+        for name, value in arguments.items():
+            allowed = types.get(name)
+            if allowed is None:
+                if closed is False:
+                    return False
+            elif type(value) not in allowed:
+                return False
+        return True
+
+    return check
 
 
 def _schema_problem(tool: Tool, arguments: Any) -> str | None:
     """Every way ``arguments`` breaks the tool's schema, each naming its argument; ``None`` if valid."""
-    errors = sorted(_validator(tool.parameters).iter_errors(arguments), key=jsonschema.exceptions.relevance)
+    validator, quick = _validator(tool.parameters)
+    if quick is not None and quick(arguments):
+        return None
+    errors = sorted(validator.iter_errors(arguments), key=jsonschema.exceptions.relevance)
     if not errors:
         return None
     parts = []
@@ -375,8 +431,123 @@ def _render(value: Any) -> str:
     return str(value)
 
 
+class _Workers:
+    """Threads for sync tools, kept for the next call once a call ends, a new one started whenever
+    none is free: a tool stuck past its timeout holds its own thread and nothing else, as a fresh
+    thread per call would, without a thread start on every call (the largest part of the loop's CPU
+    per call in benchmarks/loop_scheduling.py). A thread idle for ``IDLE_S`` ends.
+
+    ``_thread``, not ``threading.Thread``: threading's ``start()`` blocks the event loop until the new
+    thread runs (about 1 ms each under load, measured in benchmarks/loop_scheduling.py); these threads
+    are not joined at exit either, like daemon threads."""
+
+    IDLE_S = 10.0
+
+    def __init__(self) -> None:
+        self._lock = _thread.allocate_lock()
+        self._idle: list[_Worker] = []
+
+    def submit(self, job: _Job) -> None:
+        with self._lock:
+            worker = self._idle.pop() if self._idle else None
+        if worker is None:
+            _thread.start_new_thread(_Worker(self, job).serve, ())
+            return
+        worker.job = job
+        worker.go.release()
+
+    def forget(self) -> None:
+        """In a forked child: the parent's threads are not there."""
+        self._lock = _thread.allocate_lock()
+        self._idle = []
+
+    def offer(self, worker: _Worker) -> None:
+        """``worker`` is free for the next call (before it hands its answer over, so the call that
+        answer lets go on finds it free)."""
+        with self._lock:
+            self._idle.append(worker)
+
+    def rest(self, worker: _Worker) -> bool:
+        """Wait for the next call; False when none came in ``IDLE_S`` and the worker should end."""
+        if worker.go.acquire(timeout=self.IDLE_S):
+            return True
+        with self._lock:
+            if worker in self._idle:
+                self._idle.remove(worker)
+                return False
+        worker.go.acquire()  # taken by a call as the wait ran out: its job is on the way
+        return True
+
+
+_Job = Callable[[], Callable[[], None]]
+"""A call to run in a worker thread; it returns how to hand its answer over."""
+
+
+class _Worker:
+    def __init__(self, pool: _Workers, job: _Job):
+        self.pool = pool
+        self.job: _Job | None = job
+        self.go = _thread.allocate_lock()
+        self.go.acquire()
+
+    def serve(self) -> None:
+        while True:
+            self._run()
+            if not self.pool.rest(self):
+                return
+
+    def _run(self) -> None:
+        """The job, let go of once it ran (it holds the call's loop, arguments and answer)."""
+        job, self.job = self.job, None
+        hand_over = job() if job is not None else None  # never raises: every outcome is an answer
+        self.pool.offer(self)
+        if hand_over is not None:
+            hand_over()
+
+
+class _Inbox:
+    """Sync tools' answers for one event loop, handed over in batches: the answers that arrive
+    before the loop gets to them cost one wake-up of the loop together, not one each."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop):
+        self.loop = loop
+        self.answers: deque[tuple[Callable[[bool, Any], None], bool, Any]] = deque()
+        self.woken = False
+
+    def put(self, settle: Callable[[bool, Any], None], ok: bool, value: Any) -> None:
+        """From a tool's thread."""
+        self.answers.append((settle, ok, value))
+        if not self.woken:  # two threads may both wake the loop: the second finds nothing left
+            self.woken = True
+            self.loop.call_soon_threadsafe(self.deliver)
+
+    def deliver(self) -> None:
+        """On the loop: every answer there is, including any that arrive meanwhile."""
+        self.woken = False
+        while self.answers:
+            settle, ok, value = self.answers.popleft()
+            try:
+                settle(ok, value)
+            except Exception as exc:  # as the loop reports a failing callback, and on to the next
+                self.loop.call_exception_handler({"message": "settling a tool's answer failed", "exception": exc})
+
+
+_INBOXES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Inbox] = weakref.WeakKeyDictionary()
+
+
+def _inbox(loop: asyncio.AbstractEventLoop) -> _Inbox:
+    inbox = _INBOXES.get(loop)
+    if inbox is None:
+        inbox = _INBOXES[loop] = _Inbox(loop)
+    return inbox
+
+
+_WORKERS = _Workers()
+os.register_at_fork(after_in_child=_WORKERS.forget)
+
+
 async def _in_thread(fn: Any, arguments: dict[str, Any], name: str) -> Any:
-    """Run ``fn`` in a fresh daemon thread: one stuck past its timeout cannot block a pool or the exit."""
+    """Run ``fn`` in a thread of its own: one stuck past its timeout cannot block a pool or the exit."""
     loop = asyncio.get_running_loop()
     future: asyncio.Future[Any] = loop.create_future()
     context = contextvars.copy_context()
@@ -387,7 +558,9 @@ async def _in_thread(fn: Any, arguments: dict[str, Any], name: str) -> Any:
         else:
             future.set_exception(value)
 
-    def work() -> None:
+    def work() -> Callable[[], None]:
+        ok: bool
+        value: Any
         try:
             ok, value = True, context.run(fn, **arguments)
         except Exception as exc:  # handed to the awaiting coroutine, which turns it into a result
@@ -396,15 +569,17 @@ async def _in_thread(fn: Any, arguments: dict[str, Any], name: str) -> Any:
             wrapped = _Raised()
             wrapped.__cause__ = exc
             ok, value = False, wrapped
-        try:
-            loop.call_soon_threadsafe(settle, ok, value)
-        except RuntimeError:  # the loop closed while the tool ran
-            pass
 
-    # _thread, not threading.Thread: threading's start() blocks the event loop until the new thread
-    # runs (about 1 ms each under load, measured in benchmarks/loop_scheduling.py); these threads are
-    # not joined at exit either, like daemon threads.
-    _thread.start_new_thread(work, ())
+        def hand_over() -> None:
+            try:
+                inbox.put(settle, ok, value)
+            except RuntimeError:  # the loop closed while the tool ran
+                pass
+
+        return hand_over
+
+    inbox = _inbox(loop)
+    _WORKERS.submit(work)
     try:
         return await asyncio.shield(future)
     except asyncio.CancelledError:

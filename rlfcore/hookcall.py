@@ -2,8 +2,10 @@
 
 Each implementation is one pluggy call (a subset hook caller holding it and the enabled plugins'
 wrappers), so hook wrappers and pluggy's call monitoring (``RLF_TRACE_PLUGINS``) see every answer
-with the plugin that gave it, while the core keeps what pluggy cannot do for an ``async def``
-implementation: await it, and only then decide whether a *first result* hook has its answer.
+with the plugin that gave it; where neither is there, the implementation is called as pluggy would
+call it, without pluggy's machinery around it (the loop calls three hooks a turn). Meanwhile the
+core keeps what pluggy cannot do for an ``async def`` implementation: await it, and only then
+decide whether a *first result* hook has its answer.
 
 The binding rule: a caller passes every argument of the spec by keyword; an implementation receives
 the subset it names (pluggy's rule); a ``ctx`` reaches it rebound to the implementing plugin (a
@@ -17,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import inspect
+import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -46,7 +49,7 @@ async def resolve(value: Any) -> Any:
 def _check_arguments(manager: PluginManager, hook: str, kwargs: dict[str, Any]) -> None:
     spec = getattr(manager.pm.hook, hook).spec
     expected = set(spec.argnames) if spec is not None else set()
-    if set(kwargs) != expected:
+    if kwargs.keys() != expected:
         missing, extra = sorted(expected - set(kwargs)), sorted(set(kwargs) - expected)
         raise HookCallError(
             f"hook {hook} called with the wrong arguments (missing: {', '.join(missing) or 'none'}; "
@@ -93,22 +96,85 @@ def bind(manager: PluginManager, plugin: str, kwargs: dict[str, Any]) -> dict[st
             if session is not ctx.session:
                 changes["session"] = session
         if changes:
-            return {**kwargs, "ctx": dataclasses.replace(ctx, **changes)}
+            return {**kwargs, "ctx": _replace(ctx, changes)}
     return kwargs
 
 
-def _caller(manager: PluginManager, hook: str, impl: pluggy.HookImpl) -> pluggy.HookCaller:
-    """A pluggy hook caller that runs ``impl`` and the wrappers of enabled plugins, nothing else."""
-    keep = {impl.plugin} | {w.plugin for w in manager.wrappers(hook)}
-    return manager.pm.subset_hook_caller(hook, [p for p in manager.pm.get_plugins() if p not in keep])
+def _replace(ctx: Any, changes: dict[str, Any]) -> Any:
+    """``dataclasses.replace(ctx, **changes)``, at the cost of a dict copy where that is the same
+    thing: a context class whose fields all go through ``__init__`` and that has no ``__post_init__``
+    (the core's). Rebinding happens on every hook call of every turn."""
+    if not _plain_dataclass(type(ctx)):
+        return dataclasses.replace(ctx, **changes)
+    new = object.__new__(type(ctx))
+    new.__dict__.update(ctx.__dict__)
+    new.__dict__.update(changes)
+    return new
+
+
+_PLAIN_DATACLASSES: dict[type, bool] = {}
+
+
+def _plain_dataclass(cls: type) -> bool:
+    plain = _PLAIN_DATACLASSES.get(cls)
+    if plain is None:
+        plain = _PLAIN_DATACLASSES[cls] = (
+            not hasattr(cls, "__post_init__")
+            and "__slots__" not in cls.__dict__
+            and all(f.init for f in dataclasses.fields(cls))
+        )
+    return plain
+
+
+def _pluggy_call() -> Any:
+    """pluggy's own execution of a hook call, which a monitor (``RLF_TRACE_PLUGINS``, pluggy's
+    tracing) replaces; ``None`` in a pluggy laid out otherwise (every call then goes through pluggy)."""
+    try:
+        from pluggy import _callers
+    except ImportError:
+        return None
+    return getattr(_callers, "_multicall", None)
+
+
+_PLUGGY_CALL = _pluggy_call()
+
+_CALLERS: weakref.WeakKeyDictionary[PluginManager, dict[Any, pluggy.HookCaller]] = weakref.WeakKeyDictionary()
+_MAX_CALLERS = 4096
+
+
+def _caller(
+    manager: PluginManager, hook: str, impl: pluggy.HookImpl, wrappers: list[pluggy.HookImpl]
+) -> pluggy.HookCaller:
+    """A pluggy hook caller that runs ``impl`` and ``wrappers`` (the enabled plugins'), nothing else.
+
+    Made once per hook, implementation and set of wrappers: pluggy's subset caller walks every
+    registered plugin to be made. The key holds the hook's implementations as they are now, so a
+    plugin registered or unregistered later gets a caller of its own."""
+    callers = _CALLERS.setdefault(manager, {})
+    key = (hook, impl, tuple(wrappers), tuple(getattr(manager.pm.hook, hook).get_hookimpls()))
+    caller = callers.get(key)
+    if caller is None:
+        keep = {impl.plugin} | {w.plugin for w in wrappers}
+        if len(callers) >= _MAX_CALLERS:
+            callers.clear()
+        caller = callers[key] = manager.pm.subset_hook_caller(
+            hook, [p for p in manager.pm.get_plugins() if p not in keep]
+        )
+    return caller
 
 
 def call_impl_sync(manager: PluginManager, hook: str, impl: pluggy.HookImpl, **kwargs: Any) -> Any:
     """One implementation's answer, through pluggy; an awaitable from a sync-only hook is an error."""
     _check_arguments(manager, hook, kwargs)
-    answer = _caller(manager, hook, impl)(**bind(manager, impl.plugin_name, kwargs))
-    if not RULES[hook].firstresult:  # pluggy's collect-all answer: a list, without the None
-        answer = answer[0] if answer else None
+    bound = bind(manager, impl.plugin_name, kwargs)
+    wrappers = manager.wrappers(hook)
+    if not wrappers and getattr(manager.pm, "_inner_hookexec", None) is _PLUGGY_CALL:
+        # What pluggy would do, and all it would do: nothing wraps or watches the call.
+        answer = impl.function(*[bound[name] for name in impl.argnames])
+    else:
+        answer = _caller(manager, hook, impl, wrappers)(**bound)
+        if not RULES[hook].firstresult:  # pluggy's collect-all answer: a list, without the None
+            answer = answer[0] if answer else None
     if inspect.isawaitable(answer) and not RULES[hook].may_be_async:
         close = getattr(answer, "close", None)
         if close is not None:

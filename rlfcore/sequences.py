@@ -7,7 +7,9 @@ generation prompt) is the difference of two chat-template renderings (loss mask 
 
 from __future__ import annotations
 
+import json
 import re
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -71,15 +73,72 @@ class RolloutTokens(Protocol):
     ) -> tuple[int, list[int]]: ...
 
 
+REMEMBERED = 1024
+"""Renderings a builder keeps (least recently used dropped): prompts, which the samples of a row
+share, and observations, which repeat across trajectories (the same result of the same call)."""
+REMEMBERED_CHARS = 16_384
+"""Messages longer than this as JSON are rendered every time: long tool outputs seldom repeat, and
+memory stays under REMEMBERED times a few of these."""
+
+
+_PLAIN = (str, int, float, bool, type(None))
+
+
+def _plain(value: Any) -> bool:
+    """Whether ``value`` is made of dicts with string keys, lists and scalars only: then its JSON
+    tells it apart from every other such value (a tuple or an integer key would not be)."""
+    kind = type(value)
+    if kind is dict:
+        return all(type(k) is str and _plain(v) for k, v in value.items())
+    if kind is list:
+        return all(_plain(v) for v in value)
+    return kind in _PLAIN
+
+
+def _key(value: Any) -> str | None:
+    """The exact JSON of messages, a rendering's cache key; ``None`` (no caching) for anything but
+    plain JSON values. Key order is kept: a template may iterate a message's keys."""
+    if not _plain(value):
+        return None
+    key = json.dumps(value, ensure_ascii=False)
+    return key if len(key) <= REMEMBERED_CHARS else None
+
+
+def _remembered(cache: OrderedDict[Any, list[int]], key: Any) -> list[int] | None:
+    if key is None or (isinstance(key, tuple) and key[-1] is None):
+        return None
+    ids = cache.get(key)
+    if ids is not None:
+        cache.move_to_end(key)
+    return ids
+
+
+def _remember(cache: OrderedDict[Any, list[int]], key: Any, ids: list[int]) -> None:
+    if key is None or (isinstance(key, tuple) and key[-1] is None):
+        return
+    cache[key] = list(ids)
+    if len(cache) > REMEMBERED:
+        cache.popitem(last=False)
+
+
 class SequenceBuilder:
     """Tokenises prompts, observations and (for SFT) assistant turns against a chat template."""
 
     def __init__(self, tokenizer: ChatTokenizer):
         self.tok = tokenizer
         self._query = tokenizer.render([_QUERY], None, add_generation_prompt=False)
+        self._ends: dict[int, list[str]] = {}
+        self._observations: OrderedDict[tuple[int, str], list[int]] = OrderedDict()
+        self._prompts: OrderedDict[str, list[int]] = OrderedDict()
 
     def prompt_ids(self, messages: list[Message], tools: list[dict[str, Any]] | None) -> list[int]:
-        return self.tok.encode(self.tok.render(messages, tools, add_generation_prompt=True))
+        """The rendered prompt's tokens; the ``rollout.n`` samples of a row share one rendering."""
+        key = _key([messages, tools])
+        ids = _remembered(self._prompts, key)
+        if ids is None:
+            ids = self.tok.encode(self.tok.render(messages, tools, add_generation_prompt=True))
+            _remember(self._prompts, key, ids)
+        return list(ids)
 
     def observation_ids(self, observation: list[Message], end_token: int) -> list[int]:
         """Tokens between the end of an assistant turn and the start of the next generation.
@@ -90,7 +149,14 @@ class SequenceBuilder:
         observation, so a template that renders the answer differently once more messages follow
         (Qwen3 writes an empty ``<think>`` block into a final assistant turn only) still cuts cleanly.
         """
-        end_text = self.tok.decode([end_token])
+        key = _key(observation)
+        ids = _remembered(self._observations, (end_token, key))
+        if ids is None:
+            ids = self._observation_ids(observation, end_token)
+            _remember(self._observations, (end_token, key), ids)
+        return list(ids)
+
+    def _observation_ids(self, observation: list[Message], end_token: int) -> list[int]:
         with_obs = self.tok.render(_BASE + observation, None, add_generation_prompt=True)
         roles = ", ".join(str(m.get("role")) for m in observation)
         if not with_obs.startswith(self._query):
@@ -100,7 +166,9 @@ class SequenceBuilder:
             )
         # The turn ends at the token the model stopped on; one that stopped on another end-of-sequence
         # token (``<|endoftext|>`` for ChatML) is cut where the template ends the turn.
-        texts = [end_text] + [self.tok.decode([i]) for i in self.tok.eos_token_ids]
+        texts = self._ends.get(end_token)
+        if texts is None:
+            texts = self._ends[end_token] = [self.tok.decode([i]) for i in (end_token, *self.tok.eos_token_ids)]
         for text in filter(None, texts):
             at = with_obs.find(text, len(self._query))
             if at >= 0:

@@ -26,6 +26,8 @@ def test_loop_scheduling_runs_small_and_writes_its_figures(tmp_path):
         "0.01",
         "--seed",
         "3",
+        "--scale",
+        "12",
         "--out",
         str(out),
     ]
@@ -62,6 +64,14 @@ def test_loop_scheduling_runs_small_and_writes_its_figures(tmp_path):
     assert ratios["rlf_over_ideal"] == result["rlf_loop_s"] / ideal
     assert ratios["batch_sync_over_rlf"] == result["batch_sync_s"] / result["rlf_loop_s"]
     assert ratios["rlf_over_ideal_target"] == 1.15
+    assert result["bare_asyncio_s"] >= 0.95 * ideal and result["bare_asyncio_cpu"]["tool_calls"] == 24
+    assert result["framework_cpu_async_tool"]["tool_calls"] == 24 and result["framework_cpu_async_tool"]["cpu_s"] > 0
+    scale = result["scale"]  # the same turns and calls, more trajectories, slower tools
+    assert scale["trajectories"] == 12 and scale["tool_latency_model"]["median_s"] == 0.1
+    for key in ("rlf_loop_s", "rlf_loop_async_tool_s", "bare_asyncio_s"):
+        assert scale[key] >= 0.95 * scale["ideal_bound_s"] > 0, key
+    assert scale["ratios"]["rlf_over_ideal"] == scale["rlf_loop_s"] / scale["ideal_bound_s"]
+    assert "scale point: 12 trajectories" in proc.stdout and "bare asyncio" in proc.stdout
 
 
 def test_loop_scheduling_rejects_sizes_it_cannot_run():

@@ -30,3 +30,21 @@ def test_private_attributes_stay_out_of_reach():
     for _ in range(2):
         with pytest.raises(SecurityError):
             render_template("{{ messages.__class__.__name__ }}", [], None, add_generation_prompt=False)
+
+
+def test_rlf_s_jinja_reads_message_keys_as_jinja_s_own_sandbox_does():
+    """The renderer's shortcut for a dict's keys answers as Jinja's sandbox would: the key, an
+    undefined for a missing one, and a dict method where the name is one (``m.items``)."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    from rlfcore.chat import _template_environment
+
+    source = (
+        "{{ m.role }}|{{ m.missing is defined }}|{{ m.missing or 'none' }}|{{ m.items is defined }}"
+        "|{{ m.get('role') }}|{{ (m.tool_calls or []) | length }}|{% if m.content %}C{% endif %}"
+    )
+    ours = _template_environment()(trim_blocks=True, lstrip_blocks=True).from_string(source)
+    jinja = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True).from_string(source)
+    for m in ({"role": "user", "content": "hi"}, {"role": "tool", "content": "", "items": 3, "tool_calls": [1]}):
+        assert ours.render(m=m) == jinja.render(m=m)
+    assert ours.render(m={"role": "user", "content": "hi"}) == "user|False|none|True|user|0|C"

@@ -297,3 +297,36 @@ async def test_builtin_invoke_tools_uses_the_runtime_executor():
     )
     [result] = await invoke_tools([ToolCall("nap", {"i": 3})], ctx)
     assert result.content == "slept 3" and ex.metrics.calls == 1
+
+
+async def test_sync_tools_reuse_a_finished_call_s_thread_and_a_stuck_one_holds_only_its_own():
+    """A thread whose call ended serves the next call (no thread start per call); while one call is
+    stuck, the next gets a thread of its own at once, and the stuck thread is not handed out again."""
+    release = threading.Event()
+    seen: list[int] = []
+
+    @tool
+    def where(block: bool) -> str:
+        """Report the thread; block until released when asked."""
+        seen.append(threading.get_ident())
+        if block:
+            release.wait(5)
+        return "ok"
+
+    ex = executor(timeout_s=0.3)
+    tools = {"where": where}
+    for _ in range(3):
+        assert (await ex.run([ToolCall("where", {"block": False})], tools))[0].content == "ok"
+    assert len(set(seen)) == 1  # one thread for three calls in a row
+    stuck = await ex.run([ToolCall("where", {"block": True})], tools)
+    assert stuck[0].error == "timeout"
+    start = time.perf_counter()
+    after = await ex.run([ToolCall("where", {"block": False}), ToolCall("where", {"block": False})], tools)
+    assert [r.content for r in after] == ["ok", "ok"] and time.perf_counter() - start < 0.25
+    assert seen[4] != seen[3] and seen[5] != seen[3]  # the stuck thread serves nobody
+    release.set()
+    for _ in range(100):
+        if ex.overrunning == 0:
+            break
+        await asyncio.sleep(0.01)
+    assert ex.overrunning == 0

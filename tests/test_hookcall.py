@@ -94,6 +94,32 @@ def test_monitoring_sees_each_implementation_with_the_plugin_that_answered():
     assert ("shutdown", ["calc"]) not in calls  # calc implements no shutdown
 
 
+def test_unwrapped_unmonitored_calls_skip_pluggy_and_answer_the_same(monkeypatch):
+    """With no wrapper and no monitor nothing can tell a pluggy call from a direct one, so the core
+    calls the implementation itself; a wrapper or a monitor puts the calls back through pluggy."""
+    import rlfcore.hookcall as hookcall
+
+    through: list[str] = []
+    real = hookcall._caller
+    monkeypatch.setattr(hookcall, "_caller", lambda m, hook, *a: through.append(hook) or real(m, hook, *a))
+    answers = []
+    for plugins in ({"calc": ScoreSync()}, {"calc": ScoreSync(), "doubler": Doubler()}):
+        through.clear()
+        runtime = make_runtime({"plugins": list(plugins), "envs": {"main": ["calc"]}}, plugins)
+        [traj] = asyncio.run(_rollout(runtime, ROWS, SCRIPT, score=True))
+        answers.append(traj.reward_components["score"])
+        if len(plugins) == 1:
+            assert through == []
+        else:
+            assert "compute_score" in through and "parse_tool_calls" not in through  # only the wrapped hook
+    through.clear()
+    runtime = make_runtime({"plugins": ["calc"]}, {"calc": ScoreSync()})
+    runtime.plugins.pm.add_hookcall_monitoring(lambda *a: None, lambda *a: None)
+    [traj] = asyncio.run(_rollout(runtime, ROWS, SCRIPT, score=True))
+    assert {"parse_tool_calls", "compute_score"} <= set(through)
+    assert answers == [0.5, 1.0] and traj.reward_components["score"] == 0.5
+
+
 def test_trace_lines_name_plugin_hook_duration_and_outcome():
     class Broken:
         @hookimpl
