@@ -168,7 +168,7 @@ def call_impl_sync(manager: PluginManager, hook: str, impl: pluggy.HookImpl, **k
     _check_arguments(manager, hook, kwargs)
     bound = bind(manager, impl.plugin_name, kwargs)
     wrappers = manager.wrappers(hook)
-    if not wrappers and getattr(manager.pm, "_inner_hookexec", None) is _PLUGGY_CALL:
+    if not wrappers and _PLUGGY_CALL is not None and getattr(manager.pm, "_inner_hookexec", None) is _PLUGGY_CALL:
         # What pluggy would do, and all it would do: nothing wraps or watches the call.
         answer = impl.function(*[bound[name] for name in impl.argnames])
     else:
