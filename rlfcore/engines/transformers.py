@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 import torch
 
+from rlfcore.engines import kvcache
 from rlfcore.engines.base import Engine, Generation, SamplingParams
 
 _CLOSED = "TransformersEngine was closed before this request ran"
@@ -78,9 +79,7 @@ class _Batch:
             self.rows, self.logits, self.cache, self.mask, self.positions = list(rows), logits, cache, mask, positions
             return
         width = max(self.mask.shape[1], mask.shape[1])
-        for layer, other in zip(self.cache.layers, cache.layers, strict=True):
-            layer.keys = torch.cat([_pad_left(layer.keys, width), _pad_left(other.keys, width)])
-            layer.values = torch.cat([_pad_left(layer.values, width), _pad_left(other.values, width)])
+        kvcache.merge_caches(self.cache, cache, width)
         self.mask = torch.cat([_pad_left(self.mask, width), _pad_left(mask, width)])
         self.positions = torch.cat([self.positions, positions])
         self.logits = torch.cat([self.logits, logits])
@@ -100,50 +99,26 @@ class _Batch:
             self.cache = None
             return
         index = torch.tensor(keep, dtype=torch.long, device=device)
-        self.cache.batch_select_indices(index)
         self.mask, self.positions, self.logits = self.mask[index], self.positions[index], self.logits[index]
+        if not _mergeable(self.cache):
+            self.cache.batch_select_indices(index)
+            return
         start = int(self.mask.any(dim=0).int().argmax())  # the first column some row still attends to
-        if start > 0 and _mergeable(self.cache):
-            self.mask = self.mask[:, start:]
-            for layer in self.cache.layers:
-                layer.keys, layer.values = layer.keys[..., start:, :], layer.values[..., start:, :]
-
-
-def _past_cache(prefixes: list[_Prefix | None], width: int, device: torch.device) -> Any:
-    """A KV cache of the rows' prefixes, each right-aligned in ``width`` columns (zeros before it)."""
-    from transformers import DynamicCache
-
-    known = next(p for p in prefixes if p is not None)
-    layers = []
-    for layer, (k0, v0) in enumerate(known.kv):
-        keys = k0.new_zeros((len(prefixes), k0.shape[0], width, k0.shape[-1]), device=device)
-        values = v0.new_zeros((len(prefixes), v0.shape[0], width, v0.shape[-1]), device=device)
-        for i, p in enumerate(prefixes):
-            if p is not None:
-                k, v = p.kv[layer]
-                keys[i, :, width - k.shape[-2] :] = k
-                values[i, :, width - v.shape[-2] :] = v
-        layers.append((keys, values))
-    return DynamicCache(ddp_cache_data=layers)
+        self.mask = self.mask[:, start:]
+        for layer in self.cache.layers:
+            layer.keep(index, start)
 
 
 def _pad_left(t: torch.Tensor, width: int) -> torch.Tensor:
-    """``t`` (a mask ``[B, L]`` or KV ``[B, H, L, D]``) with zero columns before its ``L`` up to ``width``."""
-    dim = 1 if t.dim() == 2 else -2
-    missing = width - t.shape[dim]
-    if missing == 0:
-        return t
-    shape = list(t.shape)
-    shape[dim] = missing
-    return torch.cat([t.new_zeros(shape), t], dim=dim)
+    """``t``, a mask ``[B, L]``, with zero columns before its ``L`` up to ``width``."""
+    missing = width - t.shape[1]
+    return t if missing == 0 else torch.cat([t.new_zeros((t.shape[0], missing)), t], dim=1)
 
 
 def _mergeable(cache: Any) -> bool:
-    """Whether every layer of ``cache`` is a plain growing KV cache, whose columns may be padded or cut."""
-    from transformers.cache_utils import DynamicLayer
-
+    """Whether every layer of ``cache`` is the engine's own, whose rows may be joined and columns cut."""
     layers = getattr(cache, "layers", None)
-    return layers is not None and all(type(layer) is DynamicLayer for layer in layers)
+    return layers is not None and all(type(layer) is kvcache.SlotLayer for layer in layers)
 
 
 _DTYPES = {"auto": torch.float32, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -229,6 +204,19 @@ class TransformersEngine(Engine):
         self.pad_token_id = pad_token_id if pad_token_id is not None else (config_pad if config_pad is not None else 0)
         self.stats = EngineStats()
         self._logits_to_keep = "logits_to_keep" in inspect.signature(model.forward).parameters
+        self._dtype = next(model.parameters()).dtype
+        self._slots = kvcache.full_attention(model)
+        """Whether the engine keeps the KV cache (:class:`~rlfcore.engines.kvcache.SlotLayer` s): rows
+        then join and leave a running batch; a model with sliding or linear layers keeps its own."""
+        self._grouped = (
+            self._slots
+            and getattr(model.config, "_attn_implementation", None) in ("eager", "sdpa")
+            and not getattr(model.config, "sub_configs", None)
+        )
+        """Whether rows decode with :func:`~rlfcore.engines.kvcache.grouped_attention` (on a 4D mask the
+        engine builds) in place of the model's eager or SDPA attention, which copies K/V per query head."""
+        if self._grouped:
+            kvcache.register()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._inbox: collections.deque[_Request] = collections.deque()
         self._wake: asyncio.Event | None = None
@@ -328,9 +316,20 @@ class TransformersEngine(Engine):
         self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: Any
     ) -> tuple[torch.Tensor, Any]:
         kwargs = {"logits_to_keep": 1} if self._logits_to_keep else {}
-        out = self.model(
-            input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True, **kwargs
-        )
+        if cache is None and self._slots:
+            cache = kvcache.slot_cache(self.model.config.get_text_config(decoder=True).num_hidden_layers)
+        config = self.model.config
+        attention = getattr(config, "_attn_implementation", None)
+        if self._grouped:  # for this forward pass only: the model is the trainer's, which may run next
+            config._attn_implementation = kvcache.GROUPED_ATTENTION
+            mask = kvcache.additive_mask(mask, ids.shape[1], self._dtype)
+        try:
+            out = self.model(
+                input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True, **kwargs
+            )
+        finally:
+            if self._grouped:
+                config._attn_implementation = attention
         self.stats.forward_passes += 1
         return out.logits[:, -1, :].float(), out.past_key_values
 
@@ -399,7 +398,7 @@ class TransformersEngine(Engine):
             mask[i, past + width - n :] = 1
         ids, mask = ids.to(self.device), mask.to(self.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, past:]
-        cache = _past_cache(prefixes, past, self.device) if past else None
+        cache = kvcache.prefix_cache([p.kv if p else None for p in prefixes], past) if past else None
         try:
             logits, cache = self._forward(ids, mask, positions, cache)
         except Exception:
