@@ -19,18 +19,20 @@ GROUPED_ATTENTION = "rlf_grouped"
 """The name the engine's attention is registered under with transformers' ``AttentionInterface``."""
 
 _HEADROOM = 64
-"""Free columns a buffer gets beyond what it holds, so a row decodes that many tokens before it regrows."""
+"""Free columns a buffer gets beyond what it holds, so rows decode that many tokens before it regrows."""
 
 
 class SlotLayer(DynamicLayer):
-    """One layer's keys and values ``[rows, kv_heads, columns, head_dim]``: ``keys``/``values`` are views
-    of the first ``columns`` of a larger buffer, which ``update`` writes into without copying the rest."""
+    """One layer's keys and values ``[rows, kv_heads, columns, head_dim]``, rows right-aligned: ``keys`` and
+    ``values`` are views of ``[:rows, :, start:end]`` of larger buffers. A step writes its token's K/V at
+    ``end``; a row that leaves is replaced by the last row (one row copied); a row that joins is written
+    after the last; columns no row attends to any more are dropped by moving ``start``."""
 
     def __init__(self) -> None:
         super().__init__()
         self._k = torch.empty(0)
         self._v = torch.empty(0)
-        self.length = 0
+        self.rows = self.start = self.end = 0
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         self.dtype, self.device = key_states.dtype, key_states.device
@@ -41,34 +43,40 @@ class SlotLayer(DynamicLayer):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
-        n, q = self.length, key_states.shape[-2]
-        if n == 0 or n + q > self._k.shape[-2]:
-            self._hold(key_states.shape[0], n + q, key_states)
-        self._k[:, :, n : n + q] = key_states
-        self._v[:, :, n : n + q] = value_states
-        self._view(n + q)
+        q = key_states.shape[-2]
+        if self.rows == 0:
+            self._hold(key_states, key_states.shape[0], _HEADROOM, q)  # room to join wider rows
+        elif self.end + q > self._k.shape[-2]:
+            self._hold(key_states, self.rows, 0, self.end - self.start + q)
+        self._k[: self.rows, :, self.end : self.end + q] = key_states
+        self._v[: self.rows, :, self.end : self.end + q] = value_states
+        self.end += q
+        self._view()
         return self.keys, self.values
 
-    def _hold(self, rows: int, need: int, like: torch.Tensor) -> None:
-        """Move into a buffer of ``rows`` with room for ``need`` columns and the headroom."""
-        k = like.new_zeros((rows, like.shape[1], need + _HEADROOM, like.shape[-1]))
+    def _hold(self, like: torch.Tensor, rows: int, left: int, columns: int) -> None:
+        """Move the live rows into zeroed buffers of ``rows`` rows and ``left`` free columns before
+        ``columns`` (and the headroom after), the live rows' columns ending at ``left + their width``."""
+        k = like.new_zeros((rows, like.shape[1], left + columns + _HEADROOM, like.shape[-1]))
         v = torch.zeros_like(k)
-        if self.length:
-            k[:, :, : self.length] = self._k[:, :, : self.length]
-            v[:, :, : self.length] = self._v[:, :, : self.length]
-        self._k, self._v = k, v
+        width = self.end - self.start
+        if self.rows:
+            k[: self.rows, :, left : left + width] = self._k[: self.rows, :, self.start : self.end]
+            v[: self.rows, :, left : left + width] = self._v[: self.rows, :, self.start : self.end]
+        else:
+            self.rows = rows
+        self._k, self._v, self.start, self.end = k, v, left, left + width
 
-    def _view(self, length: int) -> None:
-        self.length = length
-        self.keys, self.values = self._k[:, :, :length], self._v[:, :, :length]
+    def _view(self) -> None:
+        self.keys = self._k[: self.rows, :, self.start : self.end]
+        self.values = self._v[: self.rows, :, self.start : self.end]
 
     def fill(self, parts: list[tuple[torch.Tensor, torch.Tensor]], width: int) -> None:
         """Hold these K/V blocks (each ``[rows, kv_heads, length, head_dim]``) stacked along the rows,
         each right-aligned in ``width`` columns, zeros before it."""
         like = parts[0][0]
-        rows = sum(k.shape[0] for k, _ in parts)
-        self._k = like.new_zeros((rows, like.shape[1], width + _HEADROOM, like.shape[-1]))
-        self._v = torch.zeros_like(self._k)
+        self.rows = self.start = self.end = 0
+        self._hold(like, sum(k.shape[0] for k, _ in parts), 0, width)
         row = 0
         for k, v in parts:
             n = k.shape[-2]
@@ -76,16 +84,35 @@ class SlotLayer(DynamicLayer):
             self._v[row : row + v.shape[0], :, width - n : width] = v
             row += k.shape[0]
         self.dtype, self.device, self.is_initialized = like.dtype, like.device, True
-        self._view(width)
+        self.end = width
+        self._view()
 
-    def keep(self, index: torch.Tensor, start: int) -> None:
-        """Keep the rows ``index`` and the columns from ``start`` on, in a fresh buffer."""
-        k, v = self.keys[index, :, start:], self.values[index, :, start:]
-        self.length = 0
-        self.fill([(k, v)], k.shape[-2])
+    def join(self, other: SlotLayer) -> None:
+        """Append ``other``'s rows (freshly prefilled) after these; the narrower side is left-padded."""
+        width, extra = self.end - self.start, other.end - other.start
+        wider = max(0, extra - width)
+        rows = self.rows + other.rows
+        if rows > self._k.shape[0] or wider > self.start:  # regrow: room for the rows to come and more padding
+            self._hold(self._k, max(rows, 2 * self.rows), wider + _HEADROOM, width)
+        self.start -= wider
+        self._k[: self.rows, :, self.start : self.start + wider] = 0
+        self._v[: self.rows, :, self.start : self.start + wider] = 0
+        new = slice(self.rows, rows)
+        self._k[new, :, self.start : self.end - extra] = 0
+        self._v[new, :, self.start : self.end - extra] = 0
+        self._k[new, :, self.end - extra : self.end] = other.keys
+        self._v[new, :, self.end - extra : self.end] = other.values
+        self.rows = rows
+        self._view()
 
-    def batch_select_indices(self, indices: torch.Tensor) -> None:
-        self.keep(indices, 0)
+    def move_rows(self, holes: torch.Tensor, movers: torch.Tensor, rows: int, start: int) -> None:
+        """Copy rows ``movers`` into rows ``holes``, keep the first ``rows``, drop ``start`` leading columns."""
+        if len(holes):
+            self._k[holes, :, self.start : self.end] = self._k[movers, :, self.start : self.end]
+            self._v[holes, :, self.start : self.end] = self._v[movers, :, self.start : self.end]
+        self.rows = rows
+        self.start += start
+        self._view()
 
 
 def slot_cache(layers: int) -> Cache:
@@ -107,10 +134,18 @@ def prefix_cache(prefixes: list[list[tuple[torch.Tensor, torch.Tensor]] | None],
     return cache
 
 
-def merge_caches(a: Cache, b: Cache, width: int) -> None:
-    """Append ``b``'s rows to ``a``'s, both right-aligned in ``width`` columns."""
-    for la, lb in zip(a.layers, b.layers, strict=True):
-        la.fill([(la.keys, la.values), (lb.keys, lb.values)], width)
+def leave(rows: int, keep: list[int]) -> tuple[list[int], list[int], list[int]]:
+    """Rows ``keep`` stay (of ``rows``): the new row order (old indices), and which old rows move into
+    which holes. Each row gone past the end is dropped; each gone before it is filled by a kept row from
+    the end, so a leave copies one row per hole instead of all the rows kept."""
+    n = len(keep)
+    kept = set(keep)
+    holes = [j for j in range(n) if j not in kept]
+    movers = [j for j in range(n, rows) if j in kept]
+    order = list(range(n))
+    for h, m in zip(holes, movers, strict=True):
+        order[h] = m
+    return order, holes, movers
 
 
 def additive_mask(mask: torch.Tensor, queries: int, dtype: torch.dtype) -> torch.Tensor:

@@ -79,7 +79,8 @@ class _Batch:
             self.rows, self.logits, self.cache, self.mask, self.positions = list(rows), logits, cache, mask, positions
             return
         width = max(self.mask.shape[1], mask.shape[1])
-        kvcache.merge_caches(self.cache, cache, width)
+        for layer, other in zip(self.cache.layers, cache.layers, strict=True):
+            layer.join(other)
         self.mask = torch.cat([_pad_left(self.mask, width), _pad_left(mask, width)])
         self.positions = torch.cat([self.positions, positions])
         self.logits = torch.cat([self.logits, logits])
@@ -92,21 +93,27 @@ class _Batch:
         cols = self.mask[j].nonzero().squeeze(1)
         return [(layer.keys[j][:, cols], layer.values[j][:, cols]) for layer in self.cache.layers]
 
-    def select(self, keep: list[int], device: torch.device) -> None:
-        """Keep these rows; cache columns that only the rows gone attended to are cut off."""
-        self.rows = [self.rows[j] for j in keep]
-        if not self.rows:
-            self.cache = None
-            return
-        index = torch.tensor(keep, dtype=torch.long, device=device)
+    def select(self, keep: list[int], device: torch.device) -> list[int]:
+        """Keep these rows, in the order returned (old indices); cache columns that only the rows gone
+        attended to are cut off."""
+        if not keep:
+            self.rows, self.cache = [], None
+            return keep
+        mergeable = _mergeable(self.cache)
+        order, holes, movers = kvcache.leave(len(self.rows), keep) if mergeable else (keep, [], [])
+        self.rows = [self.rows[j] for j in order]
+        index = torch.tensor(order, dtype=torch.long, device=device)
         self.mask, self.positions, self.logits = self.mask[index], self.positions[index], self.logits[index]
-        if not _mergeable(self.cache):
+        if not mergeable:
             self.cache.batch_select_indices(index)
-            return
+            return order
         start = int(self.mask.any(dim=0).int().argmax())  # the first column some row still attends to
         self.mask = self.mask[:, start:]
+        into = torch.tensor(holes, dtype=torch.long, device=device)
+        out = torch.tensor(movers, dtype=torch.long, device=device)
         for layer in self.cache.layers:
-            layer.keep(index, start)
+            layer.move_rows(into, out, len(order), start)
+        return order
 
 
 def _pad_left(t: torch.Tensor, width: int) -> torch.Tensor:
@@ -355,8 +362,8 @@ class TransformersEngine(Engine):
                     self._keep_prefix(r, batch.row_kv(j))
                 self._finish(r, reason)
             if len(keep) < len(batch.rows):
-                batch.select(keep, self.device)
-                tokens = tokens[torch.tensor(keep, dtype=torch.long, device=self.device)]
+                order = batch.select(keep, self.device)
+                tokens = tokens[torch.tensor(order, dtype=torch.long, device=self.device)]
             if not batch.rows:
                 continue  # the next step may start with requests that arrived meanwhile
             batch.mask = torch.cat([batch.mask, batch.mask.new_ones((len(batch.rows), 1))], dim=1)
