@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from transformers.cache_utils import Cache, DynamicLayer
 
 GROUPED_ATTENTION = "rlf_grouped"
@@ -172,18 +173,26 @@ def grouped_attention(
     dropout: float = 0.0,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
-    """Softmax attention with an additive mask, each K/V head shared by its group of query heads without
-    repeating it: ``query [B, H, Q, D]``, ``key``/``value [B, H_kv, L, D]`` → ``[B, Q, H, D]``."""
+    """Attention with an additive mask, each K/V head shared by its group of query heads without
+    repeating it: ``query [B, H, Q, D]``, ``key``/``value [B, H_kv, L, D]`` → ``[B, Q, H, D]``.
+
+    A prefill goes to torch's SDPA (``enable_gqa``), whose fused kernel never materialises the
+    ``Q × L`` scores; a decode step (one query) is two batched products, one per group of heads,
+    which on a CPU cost less than SDPA's setup at that size."""
     b, heads, q, d = query.shape
+    if q > 1:
+        out = F.scaled_dot_product_attention(
+            query, key, value, attn_mask=attention_mask, scale=scaling, enable_gqa=True
+        )
+        return out.transpose(1, 2), None
     kv_heads, length = key.shape[1], key.shape[-2]
     group = heads // kv_heads
     scale = scaling if scaling is not None else d**-0.5
-    grouped = query.reshape(b, kv_heads, group * q, d)
-    scores = torch.matmul(grouped, key.transpose(-1, -2)).mul_(scale)
+    scores = torch.matmul(query.reshape(b, kv_heads, group, d), key.transpose(-1, -2)).mul_(scale)
     if attention_mask is not None:
-        scores = scores.view(b, kv_heads, group, q, length).add_(attention_mask[:, :, None]).view_as(scores)
+        scores = scores.add_(attention_mask.view(b, 1, 1, length))
     probs = torch.softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)
-    out = torch.matmul(probs, value).view(b, heads, q, d)
+    out = torch.matmul(probs, value).view(b, heads, 1, d)
     return out.transpose(1, 2), None
 
 

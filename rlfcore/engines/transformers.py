@@ -332,7 +332,12 @@ class TransformersEngine(Engine):
             mask = kvcache.additive_mask(mask, ids.shape[1], self._dtype)
         try:
             out = self.model(
-                input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True, **kwargs
+                input_ids=ids,
+                attention_mask=mask,
+                position_ids=positions,
+                past_key_values=cache,
+                use_cache=True,
+                **kwargs,
             )
         finally:
             if self._grouped:
@@ -347,7 +352,8 @@ class TransformersEngine(Engine):
             if not batch.rows:
                 return
             tokens, logprobs = self._sample(batch.logits, batch.rows)
-            keep = []
+            keep: list[int] = []
+            done: list[tuple[int, _Request, Literal["stop", "length"]]] = []
             for j, (r, tok, lp) in enumerate(zip(batch.rows, tokens.tolist(), logprobs.tolist())):
                 r.tokens.append(tok)
                 r.logprobs.append(lp)
@@ -358,8 +364,11 @@ class TransformersEngine(Engine):
                 else:
                     keep.append(j)
                     continue
+                done.append((j, r, reason))
+            version = self._weights_version() if done and self.scheduling == "continuous" else 0
+            for j, r, reason in done:
                 if r.request_id and self.scheduling == "continuous":  # kept before the caller can send its next turn
-                    self._keep_prefix(r, batch.row_kv(j))
+                    self._keep_prefix(r, batch.row_kv(j), version)
                 self._finish(r, reason)
             if len(keep) < len(batch.rows):
                 order = batch.select(keep, self.device)
@@ -417,12 +426,12 @@ class TransformersEngine(Engine):
         """Changes whenever a parameter is written in place (an optimizer step, a weight sync)."""
         return sum(p._version for p in self.model.parameters())
 
-    def _keep_prefix(self, r: _Request, kv: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    def _keep_prefix(self, r: _Request, kv: list[tuple[torch.Tensor, torch.Tensor]], version: int) -> None:
         # The cache covers the prompt and every token but the last, which was sampled, not yet fed.
         ids = r.prompt_ids + r.tokens[:-1]
         if kv and kv[0][0].shape[-2] == len(ids):
             self._drop_prefix(r.request_id)
-            self._prefixes[r.request_id] = prefix = _Prefix(ids, kv, self._weights_version())
+            self._prefixes[r.request_id] = prefix = _Prefix(ids, kv, version)
             self._prefix_bytes += prefix.nbytes
             while self._prefixes and (
                 len(self._prefixes) > self.max_prefixes or self._prefix_bytes > self.max_prefix_bytes
