@@ -52,8 +52,7 @@ class SlotLayer(DynamicLayer):
         self._k[: self.rows, :, self.end : self.end + q] = key_states
         self._v[: self.rows, :, self.end : self.end + q] = value_states
         self.end += q
-        self._view()
-        return self.keys, self.values
+        return self._view()
 
     def _hold(self, like: torch.Tensor, rows: int, left: int, columns: int) -> None:
         """Move the live rows into zeroed buffers of ``rows`` rows and ``left`` free columns before
@@ -68,9 +67,10 @@ class SlotLayer(DynamicLayer):
             self.rows = rows
         self._k, self._v, self.start, self.end = k, v, left, left + width
 
-    def _view(self) -> None:
-        self.keys = self._k[: self.rows, :, self.start : self.end]
-        self.values = self._v[: self.rows, :, self.start : self.end]
+    def _view(self) -> tuple[torch.Tensor, torch.Tensor]:
+        keys, values = self._k[: self.rows, :, self.start : self.end], self._v[: self.rows, :, self.start : self.end]
+        self.keys, self.values = keys, values
+        return keys, values
 
     def fill(self, parts: list[tuple[torch.Tensor, torch.Tensor]], width: int) -> None:
         """Hold these K/V blocks (each ``[rows, kv_heads, length, head_dim]``) stacked along the rows,
@@ -101,8 +101,9 @@ class SlotLayer(DynamicLayer):
         new = slice(self.rows, rows)
         self._k[new, :, self.start : self.end - extra] = 0
         self._v[new, :, self.start : self.end - extra] = 0
-        self._k[new, :, self.end - extra : self.end] = other.keys
-        self._v[new, :, self.end - extra : self.end] = other.values
+        keys, values = other._view()
+        self._k[new, :, self.end - extra : self.end] = keys
+        self._v[new, :, self.end - extra : self.end] = values
         self.rows = rows
         self._view()
 
@@ -125,14 +126,15 @@ def prefix_cache(prefixes: list[list[tuple[torch.Tensor, torch.Tensor]] | None],
     """A cache of the rows' kept prefixes (each layer's ``[kv_heads, length, head_dim]`` K/V, or None for
     a row without one), right-aligned in ``width`` columns."""
     known = next(p for p in prefixes if p is not None)
-    cache = slot_cache(len(known))
-    for i, layer in enumerate(cache.layers):
-        k0, v0 = known[i]
+    layers: list[Any] = []
+    for i, (k0, v0) in enumerate(known):
         parts = [
             (p[i][0][None], p[i][1][None]) if p is not None else (k0[None, :, :0], v0[None, :, :0]) for p in prefixes
         ]
+        layer = SlotLayer()
         layer.fill(parts, width)
-    return cache
+        layers.append(layer)
+    return Cache(layers=layers)
 
 
 def leave(rows: int, keep: list[int]) -> tuple[list[int], list[int], list[int]]:
