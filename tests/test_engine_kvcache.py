@@ -1,5 +1,5 @@
 """The engine's KV cache and decode attention (rlfcore.engines.kvcache) against plain references:
-transformers' eager attention with repeated K/V heads, and K/V tensors padded and concatenated by hand."""
+attention with repeated K/V heads (transformers' eager path), and K/V padded and concatenated by hand."""
 
 from __future__ import annotations
 
@@ -12,14 +12,11 @@ from rlfcore.engines import kvcache  # noqa: E402
 
 
 def eager_reference(query, key, value, mask4d, scaling):
-    """transformers' own eager attention, which repeats each K/V head for its query heads."""
-    from transformers.models.qwen3.modeling_qwen3 import eager_attention_forward
-
-    module = torch.nn.Module()
-    module.num_key_value_groups = query.shape[1] // key.shape[1]
-    module.training = False
-    out, _ = eager_attention_forward(module, query, key, value, mask4d, scaling=scaling)
-    return out
+    """Attention as transformers' eager path computes it: each K/V head repeated for its query heads."""
+    group = query.shape[1] // key.shape[1]
+    key, value = key.repeat_interleave(group, dim=1), value.repeat_interleave(group, dim=1)
+    probs = torch.softmax(query @ key.transpose(-1, -2) * scaling + mask4d, dim=-1)
+    return (probs @ value).transpose(1, 2)
 
 
 @pytest.mark.parametrize("queries", [1, 5])
@@ -106,13 +103,15 @@ def test_prefix_cache_right_aligns_each_rows_prefix():
 
 
 def test_full_attention_tells_sliding_window_models_apart():
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+    from types import SimpleNamespace
+
+    from transformers import Qwen3Config
 
     def tiny(**kw):
         config = Qwen3Config(
             vocab_size=32, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, **kw
         )
-        return Qwen3ForCausalLM(config)
+        return SimpleNamespace(config=config)  # the model's config is all it reads
 
     assert kvcache.full_attention(tiny())
     assert not kvcache.full_attention(tiny(use_sliding_window=True, sliding_window=4, max_window_layers=1))
