@@ -163,6 +163,11 @@ class TransformersEngine(Engine):
     ``scheduling="static"`` is the former engine, kept as the peer of ``benchmarks/engine_throughput.py``:
     requests that arrive while a batch decodes wait for all of it to finish.
 
+    For a model whose layers all attend to the whole sequence, the KV cache is the engine's own
+    (:mod:`rlfcore.engines.kvcache`: buffers written in place, rows joining and leaving by copying only
+    themselves) and, under eager or SDPA attention, a forward pass attends with grouped K/V heads
+    without repeating them; other models keep their own cache, and rows then join only an idle engine.
+
     The forward passes run in a worker thread, so the event loop keeps serving tool calls meanwhile.
     While rows decode the model is in eval mode under ``torch.no_grad()``; each module's training flag is
     restored when the engine falls idle. (``no_grad``, not ``inference_mode``: buffers a forward pass may
