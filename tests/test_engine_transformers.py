@@ -484,3 +484,28 @@ async def test_a_sliding_window_model_keeps_its_own_cache_and_rows_do_not_join()
     assert engine.stats.joins == 0 and engine.stats.batches == 2
     assert long.token_ids == hf_greedy(sliding, PROMPTS[1], 20)
     assert late.token_ids == hf_greedy(sliding, PROMPTS[0], GREEDY.max_tokens)
+
+
+async def test_a_groups_shared_prompt_is_prefilled_once_and_each_row_samples_as_alone(model):
+    """A GRPO group's first turn: requests with the same prompt share one prefill row (the forward
+    pass sees the distinct prompts only), and each seeded row draws the tokens it draws alone."""
+    engine = TransformersEngine(model)
+    group = [SamplingParams(temperature=1.0, max_tokens=10, seed=s) for s in (1, 2, 3)]
+    alone = [await engine.generate(PROMPTS[1], p) for p in group]
+    other_alone = await engine.generate(PROMPTS[3], group[0])
+    rows: list[int] = []
+    handle = model.register_forward_pre_hook(
+        lambda module, args, kwargs: rows.append(kwargs["input_ids"].shape[0]), with_kwargs=True
+    )
+    try:
+        together = await asyncio.gather(
+            *(engine.generate(PROMPTS[1], p) for p in group), engine.generate(PROMPTS[3], group[0])
+        )
+    finally:
+        handle.remove()
+    assert rows[0] == 2  # the prefill: two distinct prompts for four requests
+    assert engine.stats.shared_prompt_tokens == 2 * len(PROMPTS[1])
+    assert [g.token_ids for g in together] == [g.token_ids for g in [*alone, other_alone]]
+    for got, want in zip(together, [*alone, other_alone]):
+        assert got.logprobs == pytest.approx(want.logprobs, abs=1e-4)
+    assert len({tuple(g.token_ids) for g in together[:3]}) > 1  # the copies sampled apart

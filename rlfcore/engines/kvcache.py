@@ -107,6 +107,12 @@ class SlotLayer(DynamicLayer):
         self.rows = rows
         self._view()
 
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        """Keep the rows ``indices`` (a row may repeat: copies of one prefill), in that order."""
+        self._k, self._v = self._k[indices], self._v[indices]
+        self.rows = len(indices)
+        self._view()
+
     def move_rows(self, holes: torch.Tensor, movers: torch.Tensor, rows: int, start: int) -> None:
         """Copy rows ``movers`` into rows ``holes``, keep the first ``rows``, drop ``start`` leading columns."""
         if len(holes):

@@ -31,6 +31,8 @@ class EngineStats:
     joins: int = 0
     reused_tokens: int = 0
     """Prompt tokens whose KV cache came from the trajectory's previous turn instead of a prefill."""
+    shared_prompt_tokens: int = 0
+    """Prompt tokens not prefilled because another request of the same prefill had the same prompt."""
     requests: int = 0
     forward_passes: int = 0
     generated_tokens: int = 0
@@ -404,16 +406,32 @@ class TransformersEngine(Engine):
         for r in new:
             if r.params.seed is not None:
                 r.generator = torch.Generator(device=self.device).manual_seed(r.params.seed)
-        prefixes = [self._take_prefix(r) for r in new]
+        all_prefixes = [self._take_prefix(r) for r in new]
+        # Requests with the same prompt and no cached prefix (a GRPO group's first turn) are prefilled
+        # once; their rows are copies of it, each then sampling with its own seed.
+        distinct: dict[tuple[int, ...], int] = {}
+        row_of: list[int] = []
+        firsts: list[int] = []
+        for i, (r, p) in enumerate(zip(new, all_prefixes)):
+            key = tuple(r.prompt_ids) if p is None else None
+            if key is not None and key in distinct:
+                row_of.append(distinct[key])
+                self.stats.shared_prompt_tokens += len(r.prompt_ids)
+                continue
+            if key is not None:
+                distinct[key] = len(firsts)
+            row_of.append(len(firsts))
+            firsts.append(i)
+        prefixes = [all_prefixes[i] for i in firsts]
         cached = [len(p.ids) if p else 0 for p in prefixes]
-        suffix = [len(r.prompt_ids) - c for r, c in zip(new, cached)]
+        suffix = [len(new[i].prompt_ids) - c for i, c in zip(firsts, cached)]
         self.stats.reused_tokens += sum(cached)
         # Row i: [pads][its cached prefix] [pads][the rest of its prompt]; pads are masked out, and the
         # positions count real tokens only, so every row sees the positions it would alone.
         past, width = max(cached), max(suffix)
-        ids = torch.full((len(new), width), self.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((len(new), past + width), dtype=torch.long)
-        for i, (r, c, n) in enumerate(zip(new, cached, suffix)):
+        ids = torch.full((len(firsts), width), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(firsts), past + width), dtype=torch.long)
+        for i, (r, c, n) in enumerate(zip([new[i] for i in firsts], cached, suffix)):
             ids[i, width - n :] = torch.tensor(r.prompt_ids[c:])
             mask[i, past - c : past] = 1
             mask[i, past + width - n :] = 1
@@ -422,6 +440,10 @@ class TransformersEngine(Engine):
         cache = kvcache.prefix_cache([p.kv if p else None for p in prefixes], past) if past else None
         try:
             logits, cache = self._forward(ids, mask, positions, cache)
+            if len(firsts) < len(new):
+                index = torch.tensor(row_of, dtype=torch.long, device=self.device)
+                cache.batch_select_indices(index)
+                logits, mask, positions = logits[index], mask[index], positions[index]
         except Exception:
             batch.rows.extend(new)  # they fail with the batch
             raise
