@@ -2,7 +2,7 @@
 multi-turn workload where rows come back from tool calls at different times.
 
 Both rows run :class:`~rlfcore.engines.transformers.TransformersEngine` on the same model and the same
-workload, one after the other in this process:
+workload in this process, their runs interleaved (so that the machine's load falls on both alike):
 
 - ``static``: ``scheduling="static"``, the former engine: requests that arrive while a batch decodes
   wait for all of it to finish, then form the next batch.
@@ -17,7 +17,9 @@ generate calls; the prompt is ``--prompt`` tokens, each turn's length is drawn f
 over ``[--min-tokens, --max-tokens]`` (a random model never stops on its own, so ``max_tokens`` sets it),
 and between turns the trajectory waits for a "tool" (a seeded lognormal sleep, median ``--tool-median``)
 and appends ``--observation`` tokens before its next turn. Sampling is seeded per request (temperature 1),
-so both engines generate the same tokens. A warm-up run of each comes first.
+so both engines generate the same tokens. A warm-up run of each comes first. Wall seconds are the
+median over ``--repeats`` (with their spread); CPU seconds are this process's, which a loaded machine
+inflates less than wall time.
 
     python benchmarks/engine_throughput.py [--trajectories 64] [--turns 3] [--threads 1] [--repeats 3]
 
@@ -28,7 +30,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
+import os
 import random
 import statistics
 import time
@@ -107,40 +111,51 @@ async def run_once(engine: Any, trajectories: list[dict[str, Any]], seed: int) -
     return time.perf_counter() - start, made
 
 
-def measure(
-    scheduling: str, model: Any, trajectories: list[dict[str, Any]], args: argparse.Namespace
-) -> dict[str, Any]:
+def measure(model: Any, trajectories: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """Each scheduling's figures from ``--repeats`` runs, interleaved (static, continuous, continuous,
+    static, ...) so that a change in the machine's load falls on both alike."""
     from rlfcore.engines.transformers import TransformersEngine
 
-    engine = TransformersEngine(
-        model, max_batch_size=args.max_batch_size, threads=args.threads, scheduling=scheduling, pad_token_id=0
-    )
-    asyncio.run(run_once(engine, trajectories[: max(1, len(trajectories) // 4)], args.seed))  # warm-up
-    walls, tokens = [], None
-    stats_before = (engine.stats.forward_passes, engine.stats.batches, engine.stats.joins, engine.stats.reused_tokens)
-    for _ in range(args.repeats):
-        wall, made = asyncio.run(run_once(engine, trajectories, args.seed))
-        walls.append(wall)
-        tokens = made
-    assert tokens is not None
-    generated = sum(len(m) for m in tokens)
-    requests = len(trajectories) * args.turns
-    wall = statistics.median(walls)
-    stats_now = (engine.stats.forward_passes, engine.stats.batches, engine.stats.joins, engine.stats.reused_tokens)
-    passes, batches, joins, reused = (now - before for now, before in zip(stats_now, stats_before))
-    return {
-        "wall_s": wall,
-        "walls_s": walls,
-        "tokens": generated,
-        "requests": requests,
-        "tokens_per_s": generated / wall,
-        "requests_per_s": requests / wall,
-        "forward_passes_per_run": passes / args.repeats,
-        "prefills_per_run": batches / args.repeats,
-        "joins_per_run": joins / args.repeats,
-        "reused_prompt_tokens_per_run": reused / args.repeats,
-        "tokens_made": tokens,
+    engines = {
+        s: TransformersEngine(
+            model, max_batch_size=args.max_batch_size, threads=args.threads, scheduling=s, pad_token_id=0
+        )
+        for s in SCHEDULINGS
     }
+    for engine in engines.values():
+        asyncio.run(run_once(engine, trajectories[: max(1, len(trajectories) // 4)], args.seed))  # warm-up
+    before = {s: dataclasses.replace(e.stats) for s, e in engines.items()}
+    walls: dict[str, list[float]] = {s: [] for s in SCHEDULINGS}
+    cpus: dict[str, list[float]] = {s: [] for s in SCHEDULINGS}
+    made: dict[str, list[list[int]]] = {}
+    for i in range(args.repeats):
+        for s in SCHEDULINGS if i % 2 == 0 else SCHEDULINGS[::-1]:
+            cpu = time.process_time()
+            wall, made[s] = asyncio.run(run_once(engines[s], trajectories, args.seed))
+            cpus[s].append(time.process_time() - cpu)
+            walls[s].append(wall)
+    results = {}
+    for s, engine in engines.items():
+        generated = sum(len(m) for m in made[s])
+        requests = len(trajectories) * args.turns
+        wall = statistics.median(walls[s])
+        now, then = engine.stats, before[s]
+        results[s] = {
+            "wall_s": wall,
+            "walls_s": walls[s],
+            "cpu_s": statistics.median(cpus[s]),
+            "cpus_s": cpus[s],
+            "tokens": generated,
+            "requests": requests,
+            "tokens_per_s": generated / wall,
+            "requests_per_s": requests / wall,
+            "forward_passes_per_run": (now.forward_passes - then.forward_passes) / args.repeats,
+            "prefills_per_run": (now.batches - then.batches) / args.repeats,
+            "joins_per_run": (now.joins - then.joins) / args.repeats,
+            "reused_prompt_tokens_per_run": (now.reused_tokens - then.reused_tokens) / args.repeats,
+            "tokens_made": made[s],
+        }
+    return results
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -168,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     model = embedded_model(args.seed)
     trajectories = workload(args)
-    results = {s: measure(s, model, trajectories, args) for s in SCHEDULINGS}
+    results = measure(model, trajectories, args)
     same = results["static"].pop("tokens_made") == results["continuous"].pop("tokens_made")
     static, cont = results["static"], results["continuous"]
     ratio = {
@@ -178,15 +193,15 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"{args.trajectories} trajectories x {args.turns} turns ({args.min_tokens}-{args.max_tokens} tokens each), "
         f"{args.prompt}-token prompts, tools median {args.tool_median * 1000:.0f} ms, {args.threads} thread(s), "
-        f"median of {args.repeats}"
+        f"median of {args.repeats} interleaved runs, load average {os.getloadavg()[0]:.1f}"
     )
     print(
-        f"{'engine':<12} {'wall s':>8} {'tokens/s':>10} {'requests/s':>11} {'passes':>8} {'prefills':>9} {'joins':>7} {'reused':>8}"
+        f"{'engine':<12} {'wall s':>8} {'spread':>13} {'CPU s':>7} {'tokens/s':>10} {'requests/s':>11} {'passes':>8} {'prefills':>9} {'joins':>7} {'reused':>8}"
     )
     for name in SCHEDULINGS:
         r = results[name]
         print(
-            f"{name:<12} {r['wall_s']:>8.3f} {r['tokens_per_s']:>10.0f} {r['requests_per_s']:>11.1f} "
+            f"{name:<12} {r['wall_s']:>8.3f} {min(r['walls_s']):>6.2f}-{max(r['walls_s']):<6.2f} {r['cpu_s']:>7.2f} {r['tokens_per_s']:>10.0f} {r['requests_per_s']:>11.1f} "
             f"{r['forward_passes_per_run']:>8.0f} {r['prefills_per_run']:>9.0f} {r['joins_per_run']:>7.0f} {r['reused_prompt_tokens_per_run']:>8.0f}"
         )
     print(

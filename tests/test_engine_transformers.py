@@ -438,3 +438,74 @@ async def test_kept_caches_stay_within_their_memory_budget(model):
     prompt = PROMPTS[0] + gens[0].token_ids + [4]
     gen = await engine.generate(prompt, GREEDY, request_id="k0")  # its cache was evicted: a full prefill
     assert engine.stats.reused_tokens == 0 and gen.token_ids == hf_greedy(model, prompt, GREEDY.max_tokens)
+
+
+async def test_grouped_attention_runs_only_inside_the_engines_forward_passes(model):
+    """The engine's attention is set for its own forward passes and the model's is back before any
+    caller is answered, so a trainer's forward right after a rollout runs the model's own attention."""
+    from rlfcore.engines import kvcache
+
+    before = model.config._attn_implementation
+    seen: list[str] = []
+    handle = model.register_forward_pre_hook(lambda module, args: seen.append(module.config._attn_implementation))
+    try:
+        engine = TransformersEngine(model)
+        gen = await engine.generate(PROMPTS[0], GREEDY)
+    finally:
+        handle.remove()
+    assert seen and set(seen) == {kvcache.GROUPED_ATTENTION}
+    assert before in ("sdpa", "eager") and model.config._attn_implementation == before
+    assert gen.token_ids == hf_greedy(model, PROMPTS[0], GREEDY.max_tokens)
+
+
+async def test_a_sliding_window_model_keeps_its_own_cache_and_rows_do_not_join():
+    """A model with sliding-window layers: the engine leaves the cache and attention to the model, a
+    late request waits for the running rows instead of joining them, and greedy stays exact."""
+    torch.manual_seed(0)
+    config = transformers.Qwen3Config(
+        vocab_size=300,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=8,
+        intermediate_size=64,
+        max_position_embeddings=256,
+        use_sliding_window=True,
+        sliding_window=8,
+        max_window_layers=1,
+    )
+    sliding = transformers.Qwen3ForCausalLM(config).float().eval()
+    engine = TransformersEngine(sliding)
+    long, late = await asyncio.gather(
+        engine.generate(PROMPTS[1], SamplingParams(temperature=0.0, max_tokens=20)),
+        submit_after_passes(sliding, engine, 5, PROMPTS[0], GREEDY),
+    )
+    assert engine.stats.joins == 0 and engine.stats.batches == 2
+    assert long.token_ids == hf_greedy(sliding, PROMPTS[1], 20)
+    assert late.token_ids == hf_greedy(sliding, PROMPTS[0], GREEDY.max_tokens)
+
+
+async def test_a_groups_shared_prompt_is_prefilled_once_and_each_row_samples_as_alone(model):
+    """A GRPO group's first turn: requests with the same prompt share one prefill row (the forward
+    pass sees the distinct prompts only), and each seeded row draws the tokens it draws alone."""
+    engine = TransformersEngine(model)
+    group = [SamplingParams(temperature=1.0, max_tokens=10, seed=s) for s in (1, 2, 3)]
+    alone = [await engine.generate(PROMPTS[1], p) for p in group]
+    other_alone = await engine.generate(PROMPTS[3], group[0])
+    rows: list[int] = []
+    handle = model.register_forward_pre_hook(
+        lambda module, args, kwargs: rows.append(kwargs["input_ids"].shape[0]), with_kwargs=True
+    )
+    try:
+        together = await asyncio.gather(
+            *(engine.generate(PROMPTS[1], p) for p in group), engine.generate(PROMPTS[3], group[0])
+        )
+    finally:
+        handle.remove()
+    assert rows[0] == 2  # the prefill: two distinct prompts for four requests
+    assert engine.stats.shared_prompt_tokens == 2 * len(PROMPTS[1])
+    assert [g.token_ids for g in together] == [g.token_ids for g in [*alone, other_alone]]
+    for got, want in zip(together, [*alone, other_alone]):
+        assert got.logprobs == pytest.approx(want.logprobs, abs=1e-4)
+    assert len({tuple(g.token_ids) for g in together[:3]}) > 1  # the copies sampled apart

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 import torch
 
+from rlfcore.engines import kvcache
 from rlfcore.engines.base import Engine, Generation, SamplingParams
 
 _CLOSED = "TransformersEngine was closed before this request ran"
@@ -30,6 +31,8 @@ class EngineStats:
     joins: int = 0
     reused_tokens: int = 0
     """Prompt tokens whose KV cache came from the trajectory's previous turn instead of a prefill."""
+    shared_prompt_tokens: int = 0
+    """Prompt tokens not prefilled because another request of the same prefill had the same prompt."""
     requests: int = 0
     forward_passes: int = 0
     generated_tokens: int = 0
@@ -79,8 +82,7 @@ class _Batch:
             return
         width = max(self.mask.shape[1], mask.shape[1])
         for layer, other in zip(self.cache.layers, cache.layers, strict=True):
-            layer.keys = torch.cat([_pad_left(layer.keys, width), _pad_left(other.keys, width)])
-            layer.values = torch.cat([_pad_left(layer.values, width), _pad_left(other.values, width)])
+            layer.join(other)
         self.mask = torch.cat([_pad_left(self.mask, width), _pad_left(mask, width)])
         self.positions = torch.cat([self.positions, positions])
         self.logits = torch.cat([self.logits, logits])
@@ -93,57 +95,39 @@ class _Batch:
         cols = self.mask[j].nonzero().squeeze(1)
         return [(layer.keys[j][:, cols], layer.values[j][:, cols]) for layer in self.cache.layers]
 
-    def select(self, keep: list[int], device: torch.device) -> None:
-        """Keep these rows; cache columns that only the rows gone attended to are cut off."""
-        self.rows = [self.rows[j] for j in keep]
-        if not self.rows:
-            self.cache = None
-            return
-        index = torch.tensor(keep, dtype=torch.long, device=device)
-        self.cache.batch_select_indices(index)
+    def select(self, keep: list[int], device: torch.device) -> list[int]:
+        """Keep these rows, in the order returned (old indices); cache columns that only the rows gone
+        attended to are cut off."""
+        if not keep:
+            self.rows, self.cache = [], None
+            return keep
+        mergeable = _mergeable(self.cache)
+        order, holes, movers = kvcache.leave(len(self.rows), keep) if mergeable else (keep, [], [])
+        self.rows = [self.rows[j] for j in order]
+        index = torch.tensor(order, dtype=torch.long, device=device)
         self.mask, self.positions, self.logits = self.mask[index], self.positions[index], self.logits[index]
+        if not mergeable:
+            self.cache.batch_select_indices(index)
+            return order
         start = int(self.mask.any(dim=0).int().argmax())  # the first column some row still attends to
-        if start > 0 and _mergeable(self.cache):
-            self.mask = self.mask[:, start:]
-            for layer in self.cache.layers:
-                layer.keys, layer.values = layer.keys[..., start:, :], layer.values[..., start:, :]
-
-
-def _past_cache(prefixes: list[_Prefix | None], width: int, device: torch.device) -> Any:
-    """A KV cache of the rows' prefixes, each right-aligned in ``width`` columns (zeros before it)."""
-    from transformers import DynamicCache
-
-    known = next(p for p in prefixes if p is not None)
-    layers = []
-    for layer, (k0, v0) in enumerate(known.kv):
-        keys = k0.new_zeros((len(prefixes), k0.shape[0], width, k0.shape[-1]), device=device)
-        values = v0.new_zeros((len(prefixes), v0.shape[0], width, v0.shape[-1]), device=device)
-        for i, p in enumerate(prefixes):
-            if p is not None:
-                k, v = p.kv[layer]
-                keys[i, :, width - k.shape[-2] :] = k
-                values[i, :, width - v.shape[-2] :] = v
-        layers.append((keys, values))
-    return DynamicCache(ddp_cache_data=layers)
+        self.mask = self.mask[:, start:]
+        into = torch.tensor(holes, dtype=torch.long, device=device)
+        out = torch.tensor(movers, dtype=torch.long, device=device)
+        for layer in self.cache.layers:
+            layer.move_rows(into, out, len(order), start)
+        return order
 
 
 def _pad_left(t: torch.Tensor, width: int) -> torch.Tensor:
-    """``t`` (a mask ``[B, L]`` or KV ``[B, H, L, D]``) with zero columns before its ``L`` up to ``width``."""
-    dim = 1 if t.dim() == 2 else -2
-    missing = width - t.shape[dim]
-    if missing == 0:
-        return t
-    shape = list(t.shape)
-    shape[dim] = missing
-    return torch.cat([t.new_zeros(shape), t], dim=dim)
+    """``t``, a mask ``[B, L]``, with zero columns before its ``L`` up to ``width``."""
+    missing = width - t.shape[1]
+    return t if missing == 0 else torch.cat([t.new_zeros((t.shape[0], missing)), t], dim=1)
 
 
 def _mergeable(cache: Any) -> bool:
-    """Whether every layer of ``cache`` is a plain growing KV cache, whose columns may be padded or cut."""
-    from transformers.cache_utils import DynamicLayer
-
+    """Whether every layer of ``cache`` is the engine's own, whose rows may be joined and columns cut."""
     layers = getattr(cache, "layers", None)
-    return layers is not None and all(type(layer) is DynamicLayer for layer in layers)
+    return layers is not None and all(type(layer) is kvcache.SlotLayer for layer in layers)
 
 
 _DTYPES = {"auto": torch.float32, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -180,6 +164,11 @@ class TransformersEngine(Engine):
     ``batch_wait_s`` (a few ms) for others, so a step's first turns are prefilled together.
     ``scheduling="static"`` is the former engine, kept as the peer of ``benchmarks/engine_throughput.py``:
     requests that arrive while a batch decodes wait for all of it to finish.
+
+    For a model whose layers all attend to the whole sequence, the KV cache is the engine's own
+    (:mod:`rlfcore.engines.kvcache`: buffers written in place, rows joining and leaving by copying only
+    themselves) and, under eager or SDPA attention, a forward pass attends with grouped K/V heads
+    without repeating them; other models keep their own cache, and rows then join only an idle engine.
 
     The forward passes run in a worker thread, so the event loop keeps serving tool calls meanwhile.
     While rows decode the model is in eval mode under ``torch.no_grad()``; each module's training flag is
@@ -229,6 +218,19 @@ class TransformersEngine(Engine):
         self.pad_token_id = pad_token_id if pad_token_id is not None else (config_pad if config_pad is not None else 0)
         self.stats = EngineStats()
         self._logits_to_keep = "logits_to_keep" in inspect.signature(model.forward).parameters
+        self._dtype = next(model.parameters()).dtype
+        self._slots = kvcache.full_attention(model)
+        """Whether the engine keeps the KV cache (:class:`~rlfcore.engines.kvcache.SlotLayer` s): rows
+        then join and leave a running batch; a model with sliding or linear layers keeps its own."""
+        self._grouped = (
+            self._slots
+            and getattr(model.config, "_attn_implementation", None) in ("eager", "sdpa")
+            and not getattr(model.config, "sub_configs", None)
+        )
+        """Whether rows decode with :func:`~rlfcore.engines.kvcache.grouped_attention` (on a 4D mask the
+        engine builds) in place of the model's eager or SDPA attention, which copies K/V per query head."""
+        if self._grouped:
+            kvcache.register()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._inbox: collections.deque[_Request] = collections.deque()
         self._wake: asyncio.Event | None = None
@@ -328,9 +330,25 @@ class TransformersEngine(Engine):
         self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: Any
     ) -> tuple[torch.Tensor, Any]:
         kwargs = {"logits_to_keep": 1} if self._logits_to_keep else {}
-        out = self.model(
-            input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True, **kwargs
-        )
+        if cache is None and self._slots:
+            cache = kvcache.slot_cache(self.model.config.get_text_config(decoder=True).num_hidden_layers)
+        config = self.model.config
+        attention = getattr(config, "_attn_implementation", None)
+        if self._grouped:  # for this forward pass only: the model is the trainer's, which may run next
+            config._attn_implementation = kvcache.GROUPED_ATTENTION
+            mask = kvcache.additive_mask(mask, ids.shape[1], self._dtype)
+        try:
+            out = self.model(
+                input_ids=ids,
+                attention_mask=mask,
+                position_ids=positions,
+                past_key_values=cache,
+                use_cache=True,
+                **kwargs,
+            )
+        finally:
+            if self._grouped:
+                config._attn_implementation = attention
         self.stats.forward_passes += 1
         return out.logits[:, -1, :].float(), out.past_key_values
 
@@ -341,7 +359,8 @@ class TransformersEngine(Engine):
             if not batch.rows:
                 return
             tokens, logprobs = self._sample(batch.logits, batch.rows)
-            keep = []
+            keep: list[int] = []
+            done: list[tuple[int, _Request, Literal["stop", "length"]]] = []
             for j, (r, tok, lp) in enumerate(zip(batch.rows, tokens.tolist(), logprobs.tolist())):
                 r.tokens.append(tok)
                 r.logprobs.append(lp)
@@ -352,12 +371,15 @@ class TransformersEngine(Engine):
                 else:
                     keep.append(j)
                     continue
+                done.append((j, r, reason))
+            version = self._weights_version() if done and self.scheduling == "continuous" else 0
+            for j, r, reason in done:
                 if r.request_id and self.scheduling == "continuous":  # kept before the caller can send its next turn
-                    self._keep_prefix(r, batch.row_kv(j))
+                    self._keep_prefix(r, batch.row_kv(j), version)
                 self._finish(r, reason)
             if len(keep) < len(batch.rows):
-                batch.select(keep, self.device)
-                tokens = tokens[torch.tensor(keep, dtype=torch.long, device=self.device)]
+                order = batch.select(keep, self.device)
+                tokens = tokens[torch.tensor(order, dtype=torch.long, device=self.device)]
             if not batch.rows:
                 continue  # the next step may start with requests that arrived meanwhile
             batch.mask = torch.cat([batch.mask, batch.mask.new_ones((len(batch.rows), 1))], dim=1)
@@ -384,24 +406,44 @@ class TransformersEngine(Engine):
         for r in new:
             if r.params.seed is not None:
                 r.generator = torch.Generator(device=self.device).manual_seed(r.params.seed)
-        prefixes = [self._take_prefix(r) for r in new]
+        all_prefixes = [self._take_prefix(r) for r in new]
+        # Requests with the same prompt and no cached prefix (a GRPO group's first turn) are prefilled
+        # once; their rows are copies of it, each then sampling with its own seed.
+        distinct: dict[tuple[int, ...], int] = {}
+        row_of: list[int] = []
+        firsts: list[int] = []
+        for i, (r, p) in enumerate(zip(new, all_prefixes)):
+            key = tuple(r.prompt_ids) if p is None else None
+            if key is not None and key in distinct:
+                row_of.append(distinct[key])
+                self.stats.shared_prompt_tokens += len(r.prompt_ids)
+                continue
+            if key is not None:
+                distinct[key] = len(firsts)
+            row_of.append(len(firsts))
+            firsts.append(i)
+        prefixes = [all_prefixes[i] for i in firsts]
         cached = [len(p.ids) if p else 0 for p in prefixes]
-        suffix = [len(r.prompt_ids) - c for r, c in zip(new, cached)]
+        suffix = [len(new[i].prompt_ids) - c for i, c in zip(firsts, cached)]
         self.stats.reused_tokens += sum(cached)
         # Row i: [pads][its cached prefix] [pads][the rest of its prompt]; pads are masked out, and the
         # positions count real tokens only, so every row sees the positions it would alone.
         past, width = max(cached), max(suffix)
-        ids = torch.full((len(new), width), self.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((len(new), past + width), dtype=torch.long)
-        for i, (r, c, n) in enumerate(zip(new, cached, suffix)):
+        ids = torch.full((len(firsts), width), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(firsts), past + width), dtype=torch.long)
+        for i, (r, c, n) in enumerate(zip([new[i] for i in firsts], cached, suffix)):
             ids[i, width - n :] = torch.tensor(r.prompt_ids[c:])
             mask[i, past - c : past] = 1
             mask[i, past + width - n :] = 1
         ids, mask = ids.to(self.device), mask.to(self.device)
         positions = (mask.cumsum(-1) - 1).clamp(min=0)[:, past:]
-        cache = _past_cache(prefixes, past, self.device) if past else None
+        cache = kvcache.prefix_cache([p.kv if p else None for p in prefixes], past) if past else None
         try:
             logits, cache = self._forward(ids, mask, positions, cache)
+            if len(firsts) < len(new):
+                index = torch.tensor(row_of, dtype=torch.long, device=self.device)
+                cache.batch_select_indices(index)
+                logits, mask, positions = logits[index], mask[index], positions[index]
         except Exception:
             batch.rows.extend(new)  # they fail with the batch
             raise
@@ -411,12 +453,12 @@ class TransformersEngine(Engine):
         """Changes whenever a parameter is written in place (an optimizer step, a weight sync)."""
         return sum(p._version for p in self.model.parameters())
 
-    def _keep_prefix(self, r: _Request, kv: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    def _keep_prefix(self, r: _Request, kv: list[tuple[torch.Tensor, torch.Tensor]], version: int) -> None:
         # The cache covers the prompt and every token but the last, which was sampled, not yet fed.
         ids = r.prompt_ids + r.tokens[:-1]
         if kv and kv[0][0].shape[-2] == len(ids):
             self._drop_prefix(r.request_id)
-            self._prefixes[r.request_id] = prefix = _Prefix(ids, kv, self._weights_version())
+            self._prefixes[r.request_id] = prefix = _Prefix(ids, kv, version)
             self._prefix_bytes += prefix.nbytes
             while self._prefixes and (
                 len(self._prefixes) > self.max_prefixes or self._prefix_bytes > self.max_prefix_bytes
