@@ -162,6 +162,7 @@ class SFTConfig(_Section):
     steps: int = Field(0, ge=0)
     lr: float = Field(1e-3, gt=0)
     batch_size: int = Field(16, ge=1)
+    lr_schedule: Literal["constant", "linear", "cosine"] = "constant"
     warmup_steps: int = Field(0, ge=0)
 
 

@@ -1,0 +1,75 @@
+"""SFT's shared-prefix forward: the common start of a batch's conversations is computed once, and the
+loss and gradients are those of one padded batch of whole rows (a real Qwen3 model, random weights)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from rlfcore.backends.local import grpo
+from rlfcore.backends.local.sft import common_prefix, shared_prefix_logprobs
+from rlfcore.sequences import Sequence
+
+
+def _model() -> torch.nn.Module:
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(0)
+    config = Qwen3Config(
+        vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        intermediate_size=64, head_dim=8, max_position_embeddings=128,
+    )  # fmt: skip
+    return Qwen3ForCausalLM(config).train()
+
+
+def _batch(prefix: list[int], n: int = 6) -> list[Sequence]:
+    """Rows that start with ``prefix``, then a prompt tail and a two-turn response of their own lengths."""
+    rng = random.Random(1)
+    rows = []
+    for _ in range(n):
+        tail = [rng.randrange(1, 64) for _ in range(rng.randint(1, 5))]
+        turns = [rng.randrange(1, 64) for _ in range(rng.randint(2, 12))]
+        mask = [1] * (len(turns) // 2) + [0] * 2 + [1] * (len(turns) - len(turns) // 2 - 2)
+        rows.append(Sequence(prefix + tail, turns, mask[: len(turns)]))
+    return rows
+
+
+def _plain(model: torch.nn.Module, seqs: list[Sequence]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    model.zero_grad()
+    b = grpo.collate([s.prompt_ids for s in seqs], [s.response_ids for s in seqs], [s.response_mask for s in seqs], 0)
+    loss = -(grpo.token_logprobs(model, b) * b.loss_mask).sum() / b.loss_mask.sum()
+    loss.backward()
+    return loss.detach(), [p.grad.clone() for p in model.parameters()]
+
+
+def _shared(model: torch.nn.Module, seqs: list[Sequence]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    model.zero_grad()
+    logp, b = shared_prefix_logprobs(model, seqs, 0, torch.device("cpu"))
+    loss = -(logp * b.loss_mask).sum() / b.loss_mask.sum()
+    loss.backward()
+    return loss.detach(), [p.grad.clone() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("prefix_len", [0, 1, 20])
+def test_the_shared_prefix_forward_gives_the_padded_batchs_loss_and_gradients(prefix_len):
+    model = _model()
+    seqs = _batch(list(range(3, 3 + prefix_len)))
+    assert common_prefix(seqs) >= prefix_len
+    plain_loss, plain_grads = _plain(model, seqs)
+    shared_loss, shared_grads = _shared(model, seqs)
+    assert torch.allclose(plain_loss, shared_loss, rtol=0, atol=1e-5)
+    for p, s in zip(plain_grads, shared_grads):
+        assert torch.allclose(p, s, rtol=1e-4, atol=1e-6)
+    # and the check can fail: a different batch gives a different loss
+    assert not torch.allclose(_shared(model, seqs[:3])[0], shared_loss, atol=1e-4)
+
+
+def test_the_prefix_stops_before_the_shortest_prompts_last_token():
+    """Every scored prediction must come from a row's own part: the prefix never reaches the token that
+    predicts the first response token, even when one row's whole prompt is the others' start."""
+    seqs = [Sequence([5, 6, 7, 8], [9, 9], [1, 1]), Sequence([5, 6, 7], [4], [1]), Sequence([5, 6, 7, 8, 2], [1], [1])]
+    assert common_prefix(seqs) == 2
+    assert common_prefix([Sequence([5, 6], [1], [1]), Sequence([6, 6], [1], [1])]) == 0
+    assert common_prefix([Sequence([5, 6, 7], [1], [1])]) == 2
