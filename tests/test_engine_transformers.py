@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -16,19 +17,21 @@ PROMPTS = [[5, 17, 42], [7, 8, 9, 10, 11, 12, 13, 14, 15], [100], [3, 250, 31, 4
 GREEDY = SamplingParams(temperature=0.0, max_tokens=12)
 
 
-def tiny_qwen3(seed: int = 0):
+def tiny_qwen3(seed: int = 0, **overrides: Any):
+    """A random two-layer Qwen3 with grouped K/V heads; ``overrides`` change its config."""
     torch.manual_seed(seed)
-    config = transformers.Qwen3Config(
-        vocab_size=300,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        intermediate_size=64,
-        max_position_embeddings=256,
-        tie_word_embeddings=False,
-    )
+    settings = {
+        "vocab_size": 300,
+        "hidden_size": 32,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 8,
+        "intermediate_size": 64,
+        "max_position_embeddings": 256,
+        "tie_word_embeddings": False,
+    }
+    config = transformers.Qwen3Config(**{**settings, **overrides})
     model = transformers.Qwen3ForCausalLM(config).float()
     with torch.no_grad():  # sharper logits than the default init: fewer near-ties, more varied argmaxes
         model.lm_head.weight.mul_(25)
@@ -461,21 +464,7 @@ async def test_grouped_attention_runs_only_inside_the_engines_forward_passes(mod
 async def test_a_sliding_window_model_keeps_its_own_cache_and_rows_do_not_join():
     """A model with sliding-window layers: the engine leaves the cache and attention to the model, a
     late request waits for the running rows instead of joining them, and greedy stays exact."""
-    torch.manual_seed(0)
-    config = transformers.Qwen3Config(
-        vocab_size=300,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=8,
-        intermediate_size=64,
-        max_position_embeddings=256,
-        use_sliding_window=True,
-        sliding_window=8,
-        max_window_layers=1,
-    )
-    sliding = transformers.Qwen3ForCausalLM(config).float().eval()
+    sliding = tiny_qwen3(use_sliding_window=True, sliding_window=8, max_window_layers=1)
     engine = TransformersEngine(sliding)
     long, late = await asyncio.gather(
         engine.generate(PROMPTS[1], SamplingParams(temperature=0.0, max_tokens=20)),
