@@ -232,3 +232,21 @@ def test_sft_learns_the_demonstrated_answer_and_rescore_recomputes(tmp_path):
     starts_b = [float(r["messages"][-1]["content"].startswith("B")) for r in records]
     assert [r["reward"] for r in records] == [1.0 - b for b in starts_b] and [r["reward"] for r in new] == starts_b
     assert [r["response_ids"] for r in new] == [r["response_ids"] for r in records]
+
+
+def test_sft_follows_its_learning_rate_schedule(tmp_path):
+    """``sft.lr_schedule`` and ``sft.warmup_steps``: a linear warmup to ``sft.lr``, then a linear decay."""
+    config = _project(tmp_path, steps=0, sft_steps=6)
+    out = run_rlf(
+        "sft",
+        str(config),
+        "sft.lr=0.01",
+        "sft.lr_schedule=linear",
+        "sft.warmup_steps=2",
+        "--run-dir",
+        str(tmp_path / "sft"),
+        cwd=tmp_path,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    lrs = [json.loads(x)["lr"] for x in (tmp_path / "sft" / "sft_metrics.jsonl").read_text().splitlines()]
+    assert lrs == pytest.approx([0.005, 0.01, 0.01, 0.0075, 0.005, 0.0025]), lrs  # each step's own rate

@@ -75,6 +75,7 @@ def train_sft(
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), runtime.config.trainer.max_grad_norm))
+        lr = scheduler.get_last_lr()[0]  # the rate this step used, as GRPO's metrics log it
         optimizer.step()
         scheduler.step()
         token_acc = _token_accuracy(model, batch_seqs, pad, device) if step % 50 == 0 or step == cfg.steps else None
@@ -82,7 +83,7 @@ def train_sft(
             "step": step,
             "loss": loss.item(),
             "grad_norm": norm,
-            "lr": scheduler.get_last_lr()[0],
+            "lr": lr,
             "step_s": time.perf_counter() - t0,
         }
         if token_acc is not None:
