@@ -105,7 +105,7 @@ def _key(value: Any) -> str | None:
 
 
 def _remembered(cache: OrderedDict[Any, list[int]], key: Any) -> list[int] | None:
-    if key is None or (isinstance(key, tuple) and key[-1] is None):
+    if key is None:
         return None
     ids = cache.get(key)
     if ids is not None:
@@ -114,7 +114,7 @@ def _remembered(cache: OrderedDict[Any, list[int]], key: Any) -> list[int] | Non
 
 
 def _remember(cache: OrderedDict[Any, list[int]], key: Any, ids: list[int]) -> None:
-    if key is None or (isinstance(key, tuple) and key[-1] is None):
+    if key is None:
         return
     cache[key] = list(ids)
     if len(cache) > REMEMBERED:
@@ -149,11 +149,12 @@ class SequenceBuilder:
         observation, so a template that renders the answer differently once more messages follow
         (Qwen3 writes an empty ``<think>`` block into a final assistant turn only) still cuts cleanly.
         """
-        key = _key(observation)
-        ids = _remembered(self._observations, (end_token, key))
+        text = _key(observation)
+        key = None if text is None else (end_token, text)
+        ids = _remembered(self._observations, key)
         if ids is None:
             ids = self._observation_ids(observation, end_token)
-            _remember(self._observations, (end_token, key), ids)
+            _remember(self._observations, key, ids)
         return list(ids)
 
     def _observation_ids(self, observation: list[Message], end_token: int) -> list[int]:
