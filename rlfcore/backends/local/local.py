@@ -246,16 +246,18 @@ class LocalTrainer:
         active = [i for i, a in enumerate(adv) if any(x != 0.0 for x in a) or self.reference is not None]
         lengths = [len(t.prompt_ids) + len(t.response_ids) for t in usable]
         chunks = grpo.pack(lengths, active, self.cfg.micro_batch_size, self.cfg.micro_batch_tokens)
+        # A step's prompts start alike (the system prompt with its tools): each micro-batch computes
+        # its rows' common start once (grpo.Batch), for the same logprobs and gradients.
         batches = [
             grpo.collate(
                 [usable[i].prompt_ids for i in c],
                 [usable[i].response_ids for i in c],
                 [usable[i].response_mask for i in c],
                 self.pad_id,
-            )
+                share_prefix=True,
+            ).to(self.device)
             for c in chunks
         ]
-        batches = [self._to_device(b) for b in batches]
         if self.cfg.turn_advantage == "outcome":
             advantages = [torch.tensor([adv[i][0] for i in c], dtype=torch.float32, device=self.device) for c in chunks]
         else:
@@ -264,6 +266,7 @@ class LocalTrainer:
                     [usable[i].prompt_ids for i in c],
                     [self._token_advantages(usable[i], adv[i]) for i in c],
                     b.loss_mask,
+                    b.shared,
                 )
                 for c, b in zip(chunks, batches)
             ]
@@ -307,7 +310,7 @@ class LocalTrainer:
             if chunks:
                 norms.append(float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)))
             self.optimizer.step()  # without gradients it changes nothing, and keeps the schedule in step
-        drift = self._engine_drift(usable, chunks, old)
+        drift = self._engine_drift(usable, chunks, batches, old)
         lr = float(self.scheduler.get_last_lr()[0])
         self.scheduler.step()
         return {
@@ -335,20 +338,20 @@ class LocalTrainer:
         except ValueError as exc:
             raise ValueError(f"sample {traj.id}: {exc}") from None
 
-    def _to_device(self, b: grpo.Batch) -> grpo.Batch:
-        return grpo.Batch(b.input_ids.to(self.device), b.attention_mask.to(self.device), b.loss_mask.to(self.device))
-
     @staticmethod
-    def _engine_drift(usable: list[Trajectory], chunks: list[list[int]], old: list[torch.Tensor]) -> float:
+    def _engine_drift(
+        usable: list[Trajectory], chunks: list[list[int]], batches: list[grpo.Batch], old: list[torch.Tensor]
+    ) -> float:
         """Mean |engine logprob - trainer logprob| over generated tokens: a token-level correctness check."""
         total, count = 0.0, 0
-        for c, logp in zip(chunks, old):
-            for row, i in enumerate(c):
+        for c, batch, logp in zip(chunks, batches, old):
+            rows = logp.detach().cpu().tolist()
+            for row, i in zip(rows, c):
                 t = usable[i]
-                start = len(t.prompt_ids) - 1
+                start = len(t.prompt_ids) - batch.shared - 1
                 for j, (m, lp) in enumerate(zip(t.response_mask, t.logprobs)):
                     if m:
-                        total += abs(lp - logp[row, start + j].item())
+                        total += abs(lp - row[start + j])
                         count += 1
         return total / count if count else 0.0
 

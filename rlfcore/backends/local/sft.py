@@ -69,8 +69,17 @@ def train_sft(
     for step in range(1, cfg.steps + 1):
         t0 = time.perf_counter()
         batch_seqs = [sequences[rng.randrange(len(sequences))] for _ in range(cfg.batch_size)]
+        # Conversations start alike (the system prompt with its tool list is most of a short one):
+        # the shared start is computed once per batch.
+        b = grpo.collate(
+            [s.prompt_ids for s in batch_seqs],
+            [s.response_ids for s in batch_seqs],
+            [s.response_mask for s in batch_seqs],
+            pad,
+            share_prefix=True,
+        ).to(device)
         with autocast(device, runtime.config.trainer.bf16):
-            logp, b = shared_prefix_logprobs(model, batch_seqs, pad, device)
+            logp = grpo.token_logprobs(model, b)
         loss = -(logp * b.loss_mask).sum() / b.loss_mask.sum().clamp(min=1)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -93,48 +102,6 @@ def train_sft(
         if on_step is not None:
             on_step(metrics)
     return history
-
-
-def common_prefix(seqs: list[Sequence]) -> int:
-    """Length of the token prefix all ``seqs`` share, short of every prompt's last token.
-
-    Capped there so that every scored prediction (of a response token) comes from the part of the
-    row after the prefix.
-    """
-    first = seqs[0].prompt_ids
-    cap = min(len(s.prompt_ids) for s in seqs) - 1
-    n = 0
-    while n < cap and all(s.prompt_ids[n] == first[n] for s in seqs):
-        n += 1
-    return n
-
-
-def shared_prefix_logprobs(
-    model: Any, seqs: list[Sequence], pad: int, device: torch.device
-) -> tuple[torch.Tensor, grpo.Batch]:
-    """Next-token log-probabilities of the batch's rows after their common prefix, and that batch.
-
-    Conversations start alike (the system prompt with its tool list is most of a short one), so the
-    shared prefix goes through the model once, its key/value cache is repeated for every row, and only
-    the rows' own tokens are computed and padded: the same loss and gradients as one padded batch of
-    whole rows (causal attention makes the prefix's states the same in every row), for fewer tokens.
-    """
-    n = common_prefix(seqs)
-    b = grpo.collate(
-        [s.prompt_ids[n:] for s in seqs], [s.response_ids for s in seqs], [s.response_mask for s in seqs], pad
-    )
-    b = grpo.Batch(b.input_ids.to(device), b.attention_mask.to(device), b.loss_mask.to(device))
-    if n == 0:
-        return grpo.token_logprobs(model, b), b
-    prefix = torch.tensor([seqs[0].prompt_ids[:n]], dtype=torch.long, device=device)
-    cache = model(input_ids=prefix, use_cache=True).past_key_values
-    cache.batch_repeat_interleave(len(seqs))
-    attention = torch.cat(
-        [torch.ones((len(seqs), n), dtype=b.attention_mask.dtype, device=device), b.attention_mask], 1
-    )
-    logits = model(input_ids=b.input_ids, attention_mask=attention, past_key_values=cache, use_cache=False).logits
-    logits = logits[:, :-1].float()
-    return torch.log_softmax(logits, dim=-1).gather(-1, b.input_ids[:, 1:].unsqueeze(-1)).squeeze(-1), b
 
 
 @torch.no_grad()

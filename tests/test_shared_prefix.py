@@ -1,5 +1,6 @@
-"""SFT's shared-prefix forward: the common start of a batch's conversations is computed once, and the
-loss and gradients are those of one padded batch of whole rows (a real Qwen3 model, random weights)."""
+"""The shared-prefix forward of SFT and the GRPO update: the common start of a batch's rows is computed
+once, and the logprobs, loss and gradients are those of one padded batch of whole rows (a real Qwen3
+model, random weights)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import pytest
 import torch
 
 from rlfcore.backends.local import grpo
-from rlfcore.backends.local.sft import common_prefix, shared_prefix_logprobs
 from rlfcore.sequences import Sequence
 
 
@@ -38,15 +38,27 @@ def _batch(prefix: list[int], n: int = 6) -> list[Sequence]:
 
 def _plain(model: torch.nn.Module, seqs: list[Sequence]) -> tuple[torch.Tensor, list[torch.Tensor]]:
     model.zero_grad()
-    b = grpo.collate([s.prompt_ids for s in seqs], [s.response_ids for s in seqs], [s.response_mask for s in seqs], 0)
+    b = _collate(seqs)
     loss = -(grpo.token_logprobs(model, b) * b.loss_mask).sum() / b.loss_mask.sum()
     loss.backward()
     return loss.detach(), [p.grad.clone() for p in model.parameters()]
 
 
+def _prefix(seqs: list[Sequence]) -> int:
+    return grpo.common_prefix([s.prompt_ids for s in seqs])
+
+
+def _collate(seqs: list[Sequence], share_prefix: bool = False) -> grpo.Batch:
+    return grpo.collate(
+        [s.prompt_ids for s in seqs], [s.response_ids for s in seqs], [s.response_mask for s in seqs], 0, share_prefix
+    )
+
+
 def _shared(model: torch.nn.Module, seqs: list[Sequence]) -> tuple[torch.Tensor, list[torch.Tensor]]:
     model.zero_grad()
-    logp, b = shared_prefix_logprobs(model, seqs, 0, torch.device("cpu"))
+    b = _collate(seqs, share_prefix=True)
+    assert b.shared == _prefix(seqs)
+    logp = grpo.token_logprobs(model, b)
     loss = -(logp * b.loss_mask).sum() / b.loss_mask.sum()
     loss.backward()
     return loss.detach(), [p.grad.clone() for p in model.parameters()]
@@ -56,7 +68,7 @@ def _shared(model: torch.nn.Module, seqs: list[Sequence]) -> tuple[torch.Tensor,
 def test_the_shared_prefix_forward_gives_the_padded_batchs_loss_and_gradients(prefix_len):
     model = _model()
     seqs = _batch(list(range(3, 3 + prefix_len)))
-    assert common_prefix(seqs) >= prefix_len
+    assert _prefix(seqs) >= prefix_len
     plain_loss, plain_grads = _plain(model, seqs)
     shared_loss, shared_grads = _shared(model, seqs)
     assert torch.allclose(plain_loss, shared_loss, rtol=0, atol=1e-5)
@@ -70,6 +82,27 @@ def test_the_prefix_stops_before_the_shortest_prompts_last_token():
     """Every scored prediction must come from a row's own part: the prefix never reaches the token that
     predicts the first response token, even when one row's whole prompt is the others' start."""
     seqs = [Sequence([5, 6, 7, 8], [9, 9], [1, 1]), Sequence([5, 6, 7], [4], [1]), Sequence([5, 6, 7, 8, 2], [1], [1])]
-    assert common_prefix(seqs) == 2
-    assert common_prefix([Sequence([5, 6], [1], [1]), Sequence([6, 6], [1], [1])]) == 0
-    assert common_prefix([Sequence([5, 6, 7], [1], [1])]) == 2
+    assert _prefix(seqs) == 2
+    assert _prefix([Sequence([5, 6], [1], [1]), Sequence([6, 6], [1], [1])]) == 0
+    assert _prefix([Sequence([5, 6, 7], [1], [1])]) == 2
+
+
+def test_the_update_places_logprobs_and_advantages_alike_with_and_without_the_prefix():
+    """What the GRPO update reads off a batch: the logprob and the advantage of every generated token,
+    at temperature 0.7, the same whether the prefix is shared or not."""
+    model = _model().eval()
+    seqs = _batch(list(range(3, 23)))
+    values = [[float(k + 1)] * len(s.response_ids) for k, s in enumerate(seqs)]
+    prompts = [s.prompt_ids for s in seqs]
+    out = []
+    for share in (False, True):
+        b = _collate(seqs, share)
+        with torch.no_grad():
+            logp = grpo.token_logprobs(model, b, temperature=0.7)
+        adv = grpo.response_tensor(prompts, values, b.loss_mask, b.shared)
+        mask = b.loss_mask.bool()
+        out.append((logp[mask], adv[mask], b.shared))
+    (plain_logp, plain_adv, none), (shared_logp, shared_adv, shared) = out
+    assert none == 0 and shared >= 20
+    assert torch.allclose(plain_logp, shared_logp, atol=1e-5) and torch.equal(plain_adv, shared_adv)
+    assert sorted(set(plain_adv.tolist())) == [float(k + 1) for k in range(len(seqs))]
