@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import torch
 
-from rlfcore.engines import kvcache
+from rlfcore.engines import decoder, kvcache
 from rlfcore.engines.base import Engine, Generation, SamplingParams
 
 _CLOSED = "TransformersEngine was closed before this request ran"
@@ -169,6 +169,8 @@ class TransformersEngine(Engine):
     (:mod:`rlfcore.engines.kvcache`: buffers written in place, rows joining and leaving by copying only
     themselves) and, under eager or SDPA attention, a forward pass attends with grouped K/V heads
     without repeating them; other models keep their own cache, and rows then join only an idle engine.
+    For Llama, Qwen2 and Qwen3 models, forward passes skip transformers' module machinery
+    (:mod:`rlfcore.engines.decoder`: the same operations on the same weights, bit-for-bit the same logits).
 
     The forward passes run in a worker thread, so the event loop keeps serving tool calls meanwhile.
     While rows decode the model is in eval mode under ``torch.no_grad()``; each module's training flag is
@@ -231,6 +233,10 @@ class TransformersEngine(Engine):
         engine builds) in place of the model's eager or SDPA attention, which copies K/V per query head."""
         if self._grouped:
             kvcache.register()
+        self._own_forward = self._grouped and decoder.supports(model)
+        """Whether forward passes run :func:`rlfcore.engines.decoder.forward` (the same logits, less
+        Python), unless a forward hook is registered on the model."""
+        self._modules = list(model.modules())
         self._loop: asyncio.AbstractEventLoop | None = None
         self._inbox: collections.deque[_Request] = collections.deque()
         self._wake: asyncio.Event | None = None
@@ -329,9 +335,12 @@ class TransformersEngine(Engine):
     def _forward(
         self, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: Any
     ) -> tuple[torch.Tensor, Any]:
-        kwargs = {"logits_to_keep": 1} if self._logits_to_keep else {}
         if cache is None and self._slots:
             cache = kvcache.slot_cache(self.model.config.get_text_config(decoder=True).num_hidden_layers)
+        self.stats.forward_passes += 1
+        if self._own_forward and not decoder.hooked(self._modules):
+            return decoder.forward(self.model, ids, mask, positions, cache).float(), cache
+        kwargs = {"logits_to_keep": 1} if self._logits_to_keep else {}
         config = self.model.config
         attention = getattr(config, "_attn_implementation", None)
         if self._grouped:  # for this forward pass only: the model is the trainer's, which may run next
@@ -349,7 +358,6 @@ class TransformersEngine(Engine):
         finally:
             if self._grouped:
                 config._attn_implementation = attention
-        self.stats.forward_passes += 1
         return out.logits[:, -1, :].float(), out.past_key_values
 
     def _decode(self, batch: _Batch, inbox: collections.deque[_Request]) -> None:
