@@ -136,6 +136,8 @@ class ToolExecutor:
     ) -> list[ToolResult]:
         """One result per call, in order; the calls run concurrently. ``sessions`` (by plugin) are the
         calling trajectory's, handed to the tools that take one (``ctx.sessions`` in a hook)."""
+        if len(calls) == 1:  # nothing to run beside it: no task
+            return [await self.run_one(calls[0], tools, sessions)]
         return list(await asyncio.gather(*(self.run_one(call, tools, sessions) for call in calls)))
 
     async def run_one(
@@ -465,8 +467,11 @@ def _quick_check(schema: dict[str, Any]) -> Callable[[Any], bool] | None:
     need = tuple(required)
 
     def check(arguments: Any) -> bool:
-        if type(arguments) is not dict or not all(n in arguments for n in need):
+        if type(arguments) is not dict:
             return False
+        for name in need:  # a loop, not all() over a generator: this runs on every call
+            if name not in arguments:
+                return False
         for name, value in arguments.items():
             allowed = types.get(name)
             if allowed is None:
