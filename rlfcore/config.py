@@ -227,8 +227,14 @@ class RunConfig(_Section):
     _source: Path | None = PrivateAttr(default=None)
 
     def settings(self, plugin: str) -> BaseModel | None:
-        """The validated section of one plugin (``None`` when it registers no schema)."""
-        return self._settings.get(plugin)
+        """The validated section of one plugin (``None`` when it registers no schema).
+
+        Read from pydantic's store of private values: ``self._settings`` goes through pydantic's
+        ``__getattr__``, which raises and catches an AttributeError on every read (1.8 µs, and the
+        loop asks on every hook call)."""
+        private = self.__pydantic_private__ or {}
+        settings: dict[str, BaseModel | None] = private.get("_settings") or {}
+        return settings.get(plugin)
 
     @property
     def source(self) -> Path | None:

@@ -136,6 +136,8 @@ class ToolExecutor:
     ) -> list[ToolResult]:
         """One result per call, in order; the calls run concurrently. ``sessions`` (by plugin) are the
         calling trajectory's, handed to the tools that take one (``ctx.sessions`` in a hook)."""
+        if len(calls) == 1:  # nothing to run beside it: no task
+            return [await self.run_one(calls[0], tools, sessions)]
         return list(await asyncio.gather(*(self.run_one(call, tools, sessions) for call in calls)))
 
     async def run_one(
@@ -250,30 +252,20 @@ class ToolExecutor:
             for limit in held:
                 limit.release()
             raise
-        run = asyncio.ensure_future(_guarded(self._call(tool, arguments)))
-
-        def release(_: asyncio.Future[Any]) -> None:
-            for limit in held:
-                limit.release()
-
-        run.add_done_callback(release)
+        run = _Run(self, held)
+        if tool.is_async:
+            run.watch(asyncio.ensure_future(_guarded(self._call(tool, arguments))))
+        else:  # no task: the thread's answer settles the call's future on the loop
+            _start_in_thread(tool.fn, arguments, run.settle)
+        timer = asyncio.get_running_loop().call_later(timeout, run.expire)
         try:
-            done, _ = await asyncio.wait({run}, timeout=timeout)
-        except asyncio.CancelledError:  # the trajectory itself was cancelled
-            run.cancel()
+            return await run.answer
+        except asyncio.CancelledError:
+            if run.answer.cancelled():  # the trajectory itself was cancelled (not a tool's own cancellation)
+                run.stop()
             raise
-        if run in done:
-            return run.result()
-        run.cancel()  # an async tool may ignore this, and a thread cannot be stopped: both keep their slots
-        self.overrunning += 1
-
-        def ended(finished: asyncio.Future[Any]) -> None:
-            self.overrunning -= 1
-            if not finished.cancelled():
-                finished.exception()  # retrieved: a late failure is not an unhandled-task warning
-
-        run.add_done_callback(ended)
-        raise asyncio.TimeoutError
+        finally:
+            timer.cancel()
 
     async def _acquire(self, limit: asyncio.Semaphore, timeout: float) -> None:
         """Wait for a slot as long as it takes while the calls holding them run within their time; a
@@ -293,7 +285,7 @@ class ToolExecutor:
 
     async def _call(self, tool: Tool, arguments: dict[str, Any]) -> Any:
         try:
-            value = tool.fn(**arguments) if tool.is_async else await _in_thread(tool.fn, arguments, tool.name)
+            value = tool.fn(**arguments)
             return await value if inspect.isawaitable(value) else value
         except asyncio.TimeoutError as exc:  # the tool's own (an HTTP client's), not the executor's deadline
             raise _OwnTimeout() from exc
@@ -311,6 +303,87 @@ class ToolExecutor:
         if len(content) <= limit:
             return content
         return f"{content[:limit]}\n[output truncated: {len(content) - limit} more characters dropped]"
+
+
+class _Run:
+    """One call past its slots: the future its caller awaits, answered by the tool's task or thread or
+    by the timeout, whichever comes first; the slots go back when the tool really ends, later than its
+    answer for a call past its timeout (a hung thread, a task ignoring cancellation)."""
+
+    __slots__ = ("answer", "executor", "held", "overran", "task")
+
+    def __init__(self, executor: ToolExecutor, held: list[asyncio.Semaphore]):
+        self.executor = executor
+        self.held = held
+        self.answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.task: asyncio.Future[Any] | None = None
+        self.overran = False
+
+    def watch(self, task: asyncio.Future[Any]) -> None:
+        self.task = task
+        task.add_done_callback(self._task_done)
+
+    def settle(self, ok: bool, value: Any) -> None:
+        """A sync tool's thread ended (on the loop). A sync function that returned an awaitable is
+        awaited in a task, still in the call's slots and time."""
+        if ok and inspect.isawaitable(value):
+            if not self.answer.done():
+                self.watch(asyncio.ensure_future(_guarded(_awaited(value))))
+                return
+            close = getattr(value, "close", None)  # answered already (timed out, cancelled): never run
+            if close is not None:
+                close()
+        if not ok and isinstance(value, asyncio.TimeoutError):  # the tool's own, not the deadline
+            wrapped = _OwnTimeout()
+            wrapped.__cause__ = value
+            ok, value = False, wrapped
+        self._ended()
+        if not self.answer.done():
+            if ok:
+                self.answer.set_result(value)
+            else:
+                self.answer.set_exception(value)
+
+    def _task_done(self, task: asyncio.Future[Any]) -> None:
+        self._ended()
+        if task.cancelled():
+            if not self.answer.done():
+                self.answer.cancel()
+            return
+        error = task.exception()  # retrieved either way: a late failure is not an unhandled-task warning
+        if not self.answer.done():
+            if error is None:
+                self.answer.set_result(task.result())
+            else:
+                self.answer.set_exception(error)
+
+    def _ended(self) -> None:
+        for limit in self.held:
+            limit.release()
+        self.held = []
+        if self.overran:
+            self.executor.overrunning -= 1
+
+    def expire(self) -> None:
+        """The call's timeout: answered now; an async tool may ignore its cancellation, and a thread
+        cannot be stopped: both keep their slots until they end."""
+        if self.answer.done():
+            return
+        self.overran = True
+        self.executor.overrunning += 1
+        self.answer.set_exception(asyncio.TimeoutError())
+        self.stop()
+
+    def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+
+
+async def _awaited(value: Any) -> Any:
+    try:
+        return await value
+    except asyncio.TimeoutError as exc:
+        raise _OwnTimeout() from exc
 
 
 class _OwnTimeout(Exception):
@@ -394,8 +467,11 @@ def _quick_check(schema: dict[str, Any]) -> Callable[[Any], bool] | None:
     need = tuple(required)
 
     def check(arguments: Any) -> bool:
-        if type(arguments) is not dict or not all(n in arguments for n in need):
+        if type(arguments) is not dict:
             return False
+        for name in need:  # a loop, not all() over a generator: this runs on every call
+            if name not in arguments:
+                return False
         for name, value in arguments.items():
             allowed = types.get(name)
             if allowed is None:
@@ -546,17 +622,11 @@ _WORKERS = _Workers()
 os.register_at_fork(after_in_child=_WORKERS.forget)
 
 
-async def _in_thread(fn: Any, arguments: dict[str, Any], name: str) -> Any:
-    """Run ``fn`` in a thread of its own: one stuck past its timeout cannot block a pool or the exit."""
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[Any] = loop.create_future()
+def _start_in_thread(fn: Any, arguments: dict[str, Any], answer: Callable[[bool, Any], None]) -> None:
+    """Run ``fn(**arguments)`` in a worker thread; ``answer(ok, value)`` is called on the running loop
+    when it ends (``ok`` False: ``value`` is what it raised, a ``BaseException`` wrapped in
+    :class:`_Raised`)."""
     context = contextvars.copy_context()
-
-    def settle(ok: bool, value: Any) -> None:
-        if ok:
-            future.set_result(value)
-        else:
-            future.set_exception(value)
 
     def work() -> Callable[[], None]:
         ok: bool
@@ -572,19 +642,32 @@ async def _in_thread(fn: Any, arguments: dict[str, Any], name: str) -> Any:
 
         def hand_over() -> None:
             try:
-                inbox.put(settle, ok, value)
+                inbox.put(answer, ok, value)
             except RuntimeError:  # the loop closed while the tool ran
                 pass
 
         return hand_over
 
-    inbox = _inbox(loop)
+    inbox = _inbox(asyncio.get_running_loop())
     _WORKERS.submit(work)
+
+
+async def _in_thread(fn: Any, arguments: dict[str, Any], name: str) -> Any:
+    """Run ``fn`` in a thread of its own: one stuck past its timeout cannot block a pool or the exit."""
+    future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+
+    def settle(ok: bool, value: Any) -> None:
+        if ok:
+            future.set_result(value)
+        else:
+            future.set_exception(value)
+
+    _start_in_thread(fn, arguments, settle)
     try:
         return await asyncio.shield(future)
     except asyncio.CancelledError:
-        # Cancelled at the timeout: the thread cannot be stopped, so this call (and its slots) ends when
-        # the thread does, and its late answer is dropped. Cancelled again (the loop shutting down): now.
+        # Cancelled at the timeout: the thread cannot be stopped, so this call ends when the thread
+        # does, and its late answer is dropped. Cancelled again (the loop shutting down): now.
         try:
             await asyncio.shield(future)
         except BaseException:

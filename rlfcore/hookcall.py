@@ -87,8 +87,9 @@ def bind(manager: PluginManager, plugin: str, kwargs: dict[str, Any]) -> dict[st
         own = runtime.config.settings(plugin)
         if own is not ctx.settings:
             changes["settings"] = own
-        if ctx.stash is not runtime.stash(plugin):
-            changes["stash"] = runtime.stash(plugin)
+        stash = runtime.stash(plugin)
+        if ctx.stash is not stash:
+            changes["stash"] = stash
         sessions = getattr(ctx, "sessions", None)
         if sessions is not None:
             opened = sessions.get(plugin)
@@ -193,7 +194,9 @@ async def call_first(
 ) -> Any:
     """The first non-``None`` answer of ``impls`` (in call order), or ``None``; ``check`` vets it."""
     for impl in impls:
-        answer = await call_impl(manager, hook, impl, **kwargs)
+        answer = call_impl_sync(manager, hook, impl, **kwargs)
+        if inspect.isawaitable(answer):  # awaited here, not through call_impl: two coroutines less a call
+            answer = await answer
         if answer is not None:
             if check is not None:
                 check(impl.plugin_name, answer)

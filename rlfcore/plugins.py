@@ -110,6 +110,7 @@ class PluginManager:
             trace_hook_calls(self.pm)
         self.infos: dict[str, PluginInfo] = {}
         self._entry_points: dict[str, metadata.EntryPoint] = {}
+        self._routed: dict[tuple[str, tuple[str, ...]], tuple[list[pluggy.HookImpl], list[pluggy.HookImpl]]] = {}
 
     # --- discovery -------------------------------------------------------------------------------
 
@@ -282,11 +283,20 @@ class PluginManager:
         """The implementations of a hook in call order, limited to ``plugins`` and the built-ins.
 
         Wrappers are not among them: ``hookcall`` runs the enabled plugins' wrappers around each one."""
-        impls = [i for i in reversed(getattr(self.pm.hook, hook).get_hookimpls()) if not (i.wrapper or i.hookwrapper)]
-        if plugins is None:
+        registered = getattr(self.pm.hook, hook).get_hookimpls()
+        # The loop asks three times a turn: a routed answer is kept while the hook's implementations
+        # are the same objects (a plugin's source, which the filter also reads, is fixed for its name).
+        key = (hook, tuple(plugins)) if plugins is not None else None
+        known = self._routed.get(key) if key is not None else None
+        if known is not None and known[0] == registered:
+            return list(known[1])
+        impls = [i for i in reversed(registered) if not (i.wrapper or i.hookwrapper)]
+        if key is None:
             return [i for i in impls if self._enabled_name(i.plugin_name)]
-        allowed = set(plugins)
-        return [i for i in impls if i.plugin_name in allowed or self.infos[i.plugin_name].source == "builtin"]
+        allowed = set(plugins or ())
+        routed = [i for i in impls if i.plugin_name in allowed or self.infos[i.plugin_name].source == "builtin"]
+        self._routed[key] = (registered, routed)
+        return list(routed)
 
     def wrappers(self, hook: str) -> list[pluggy.HookImpl]:
         """The enabled plugins' wrappers of a hook (``wrapper=True`` or ``hookwrapper=True``)."""

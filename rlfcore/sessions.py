@@ -89,6 +89,8 @@ class TrajectorySessions:
         Runs to the end even when the trajectory is being cancelled: a second cancellation stops the
         wait, not the release.
         """
+        if not self.opened:  # most trajectories: no task to make
+            return []
         task = asyncio.ensure_future(self._close_all())
         try:
             return await asyncio.shield(task)

@@ -158,6 +158,56 @@ async def test_timeouts_become_results_and_hung_calls_keep_their_slot():
     assert after.content == "ok" and ex.overrunning == 0
 
 
+async def test_a_sync_tool_that_returns_an_awaitable_is_awaited_in_its_slot_and_time():
+    async def later(value: str) -> str:
+        await asyncio.sleep(0.05)
+        return value
+
+    def defers() -> object:
+        return later("awaited")
+
+    def defers_too_long() -> object:
+        return later("never seen")
+
+    tools = {"defers": Tool("defers", "", {}, defers), "long": Tool("long", "", {}, defers_too_long, timeout_s=0.01)}
+    ex = executor(timeout_s=1.0, max_concurrency=1)
+    [done] = await ex.run([ToolCall("defers", {})], tools)
+    assert (done.content, done.error) == ("awaited", None)
+    start = time.perf_counter()
+    [late] = await ex.run([ToolCall("long", {})], tools)
+    assert late.error == "timeout" and time.perf_counter() - start < 0.04  # answered at its timeout
+    await asyncio.sleep(0.01)  # its awaitable was cancelled, as an async tool's is: the slot is free
+    assert ex.overrunning == 0
+    [again] = await ex.run([ToolCall("defers", {})], tools)
+    assert again.content == "awaited"
+
+
+async def test_a_cancelled_trajectory_leaves_a_sync_call_its_slot_until_the_thread_ends():
+    release = threading.Event()
+
+    def hang() -> str:
+        release.wait(5)
+        return "late"
+
+    tools = {"hang": Tool("hang", "", {}, hang), "quick": Tool("quick", "", {}, lambda: "ok")}
+    ex = executor(timeout_s=5.0, max_concurrency=1)
+    task = asyncio.ensure_future(ex.run([ToolCall("hang", {})], tools))
+    await asyncio.sleep(0.05)
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+    assert ex._global.locked()  # the thread still runs: its slot is taken
+    release.set()
+    for _ in range(100):
+        await asyncio.sleep(0.01)
+        if not ex._global.locked():
+            break
+    [after] = await ex.run([ToolCall("quick", {})], tools)
+    assert after.content == "ok"
+
+
 async def test_failures_become_results_of_their_kind():
     @tool
     def add(a: int, b: int = 0) -> int:

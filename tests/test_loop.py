@@ -350,3 +350,25 @@ def test_each_plugin_sees_its_own_settings_in_a_shared_environment():
     }
     rollout(config, [{"id": "q", "prompt": "x"}], {"q": ["done"]}, {"first": first, "second": second})
     assert first.seen == ["one"] and second.seen == ["two"]
+
+
+def test_rollouts_freeze_older_objects_only_while_they_run_and_leave_a_caller_s_freeze_alone():
+    import gc
+
+    from rlfcore.loop import _older_objects_frozen
+
+    assert gc.get_freeze_count() == 0
+    with _older_objects_frozen():
+        assert gc.get_freeze_count() > 0
+        with _older_objects_frozen():  # overlapping runs: the last one to end hands them back
+            pass
+        assert gc.get_freeze_count() > 0
+    assert gc.get_freeze_count() == 0
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        with _older_objects_frozen():
+            pass
+        assert gc.get_freeze_count() == frozen
+    finally:
+        gc.unfreeze()
