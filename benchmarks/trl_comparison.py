@@ -9,7 +9,7 @@ trainer in turn from that same checkpoint. What both get alike:
 - the prompts, in the same order (TRL reads rlf's per-step row order, unshuffled): ``prompts_per_step``
   questions a step, ``rollout.n`` samples each (8 × 8 = 64 trajectories, one optimizer step);
 - the chat template, tool list and prompt tokens (checked: the rendered prompts are compared);
-- sampling (temperature, no top-k/top-p), ``sampling.max_tokens`` new tokens per turn, ``max_turns``
+- sampling (``run.yaml``'s temperature, top-k and top-p), ``sampling.max_tokens`` new tokens per turn, ``max_turns``
   generations (so ``max_turns - 1`` tool-calling rounds), ``max_total_tokens`` overall;
 - the loss: PPO-clip (0.2 both ways) on generated tokens only, one pass per batch, token-mean over the
   whole step (TRL's ``dapo``), advantages normalised by the group's std (TRL's ``scale_rewards=group``;

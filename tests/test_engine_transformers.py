@@ -498,3 +498,19 @@ async def test_a_groups_shared_prompt_is_prefilled_once_and_each_row_samples_as_
     for got, want in zip(together, [*alone, other_alone]):
         assert got.logprobs == pytest.approx(want.logprobs, abs=1e-4)
     assert len({tuple(g.token_ids) for g in together[:3]}) > 1  # the copies sampled apart
+
+
+@pytest.mark.parametrize("spread", [0.1, 3.0])  # flat rows: the cut lies beyond the first candidates
+@pytest.mark.parametrize("top_k,top_p", [(0, 0.9), (100, 1.0), (5, 0.5)])
+def test_the_top_k_top_p_cut_keeps_what_a_full_sort_keeps(spread, top_k, top_p):
+    torch.manual_seed(0)
+    logp = torch.log_softmax(torch.randn(16, 300) * spread, dim=-1)
+    vocab = logp.shape[-1]
+    ordered, order = logp.exp().sort(dim=-1, descending=True)
+    drop = torch.arange(vocab)[None] >= (top_k if 0 < top_k < vocab else vocab)
+    drop = drop | ((ordered.cumsum(-1) - ordered) >= top_p)
+    drop[:, 0] = False
+    want = torch.zeros_like(logp).scatter(1, order, ordered.masked_fill(drop, 0.0))
+    got = TransformersEngine._filtered_probs(logp, [SamplingParams(top_k=top_k, top_p=top_p)] * 16)
+    assert torch.equal(got > 0, want > 0) and torch.allclose(got, want, rtol=0, atol=0)
+    assert 1 <= int((got > 0).sum(-1).min()) < vocab

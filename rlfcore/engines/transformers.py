@@ -20,6 +20,8 @@ from rlfcore.engines import decoder, kvcache
 from rlfcore.engines.base import Engine, Generation, SamplingParams
 
 _CLOSED = "TransformersEngine was closed before this request ran"
+_CUT_CANDIDATES = 64
+"""The most likely tokens among which a top-k/top-p cut is looked for first."""
 
 
 @dataclass
@@ -508,7 +510,7 @@ class TransformersEngine(Engine):
         sampled = [j for j, r in enumerate(rows) if r.params.temperature > 0]
         if sampled:
             index = torch.tensor(sampled, device=logits.device)
-            probs = self._filtered(logp[index], [rows[j].params for j in sampled]).exp()
+            probs = self._filtered_probs(logp[index], [rows[j].params for j in sampled])
             drawn = tokens.clone()
             unseeded = [k for k, j in enumerate(sampled) if rows[j].generator is None]
             if unseeded:
@@ -525,23 +527,33 @@ class TransformersEngine(Engine):
         return tokens, logp.gather(1, tokens[:, None]).squeeze(1)
 
     @staticmethod
-    def _filtered(logp: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
-        """Renormalised logprobs after each row's top-k and top-p (nucleus) cut."""
+    def _filtered_probs(logp: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
+        """Probabilities in proportion to each row's distribution after its top-k and top-p (nucleus)
+        cut, not renormalised (both draws scale by the kept mass).
+
+        The cut is found among the most likely tokens only (a partial sort), unless some row may keep
+        more of them; then the whole vocabulary is sorted."""
         vocab = logp.shape[-1]
         top_k = [p.top_k if 0 < p.top_k < vocab else vocab for p in params]
         top_p = [p.top_p for p in params]
+        probs = logp.exp()
         if all(k == vocab for k in top_k) and all(p >= 1.0 for p in top_p):
-            return logp
-        sorted_logp, order = logp.sort(dim=-1, descending=True)
-        rank = torch.arange(vocab, device=logp.device)[None, :]
-        drop = rank >= torch.tensor(top_k, device=logp.device)[:, None]
-        probs = sorted_logp.exp()
+            return probs
+        k_t = torch.tensor(top_k, device=logp.device)
+        p_t = torch.tensor(top_p, device=logp.device)
+        head, order = probs.topk(min(vocab, _CUT_CANDIDATES), dim=-1)
+        mass = head.cumsum(dim=-1)
+        # A row's cut lies among these when it keeps at most as many, or their mass reaches its top_p.
+        if not bool(((k_t <= head.shape[-1]) | (mass[:, -1] >= p_t)).all()):
+            head, order = probs.sort(dim=-1, descending=True)
+            mass = head.cumsum(dim=-1)
+        rank = torch.arange(head.shape[-1], device=logp.device)[None, :]
+        drop = rank >= k_t[:, None]
         # Keep the smallest prefix whose mass reaches top_p: a token goes when the mass before it does.
-        drop |= (probs.cumsum(dim=-1) - probs) >= torch.tensor(top_p, device=logp.device)[:, None]
+        drop |= (mass - head) >= p_t[:, None]
         drop[:, 0] = False
-        sorted_logp = sorted_logp.masked_fill(drop, float("-inf"))
-        cut = torch.full_like(logp, float("-inf")).scatter(1, order, sorted_logp)
-        return torch.log_softmax(cut, dim=-1)
+        keep = torch.zeros_like(probs, dtype=torch.bool).scatter_(1, order, ~drop)
+        return probs.masked_fill_(~keep, 0.0)
 
     def _finish(self, r: _Request, reason: Literal["stop", "length"]) -> None:
         self.stats.generated_tokens += len(r.tokens)
