@@ -474,6 +474,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         parser.error(f"--trainers takes rlf and/or trl, got {args.trainers!r}")
     if args.window < 1 or args.max_steps < 1 or args.threads < 1:
         parser.error("--window, --max-steps and --threads must be at least 1")
+    if args.sft_model is not None and not (args.sft_model / "config.json").is_file():
+        parser.error(
+            f"--sft-model {args.sft_model}: no model folder there (an earlier run's --work-dir keeps one in"
+            " WORK_DIR/sft/checkpoints/sft/model)"
+        )
     if "trl" in trainers and importlib.util.find_spec("trl") is None:
         parser.error("TRL is not installed: pip install -r benchmarks/requirements-trl.txt (or pass --trainers rlf)")
 
