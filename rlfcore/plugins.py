@@ -284,16 +284,20 @@ class PluginManager:
 
         Wrappers are not among them: ``hookcall`` runs the enabled plugins' wrappers around each one."""
         registered = getattr(self.pm.hook, hook).get_hookimpls()
+        if plugins is None:
+            return [
+                i
+                for i in reversed(registered)
+                if not (i.wrapper or i.hookwrapper) and self._enabled_name(i.plugin_name)
+            ]
         # The loop asks three times a turn: a routed answer is kept while the hook's implementations
         # are the same objects (a plugin's source, which the filter also reads, is fixed for its name).
-        key = (hook, tuple(plugins)) if plugins is not None else None
-        known = self._routed.get(key) if key is not None else None
+        key = (hook, tuple(plugins))
+        known = self._routed.get(key)
         if known is not None and known[0] == registered:
             return list(known[1])
         impls = [i for i in reversed(registered) if not (i.wrapper or i.hookwrapper)]
-        if key is None:
-            return [i for i in impls if self._enabled_name(i.plugin_name)]
-        allowed = set(plugins or ())
+        allowed = set(plugins)
         routed = [i for i in impls if i.plugin_name in allowed or self.infos[i.plugin_name].source == "builtin"]
         self._routed[key] = (registered, routed)
         return list(routed)

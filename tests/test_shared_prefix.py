@@ -106,3 +106,32 @@ def test_the_update_places_logprobs_and_advantages_alike_with_and_without_the_pr
     assert none == 0 and shared >= 20
     assert torch.allclose(plain_logp, shared_logp, atol=1e-5) and torch.equal(plain_adv, shared_adv)
     assert sorted(set(plain_adv.tolist())) == [float(k + 1) for k in range(len(seqs))]
+
+
+def test_the_drift_check_reads_each_token_after_the_shared_prefix():
+    """The trainer's engine-drift metric compares the engine's logprob of every generated token with the
+    update's forward pass; with the prefix cut from the rows, it must still read the same positions."""
+    from rlfcore.backends.local.local import LocalTrainer
+    from rlfcore.loop import Trajectory
+
+    model = _model().eval()
+    seqs = _batch(list(range(3, 23)))
+    plain = _collate(seqs)
+    with torch.no_grad():
+        full = grpo.token_logprobs(model, plain)
+    trajectories = []
+    for k, s in enumerate(seqs):
+        start = len(s.prompt_ids) - 1
+        engine = [full[k, start + j].item() for j in range(len(s.response_ids))]  # what an exact engine reports
+        trajectories.append(Trajectory(f"r#{k}", "r", None, [], s.prompt_ids, s.response_ids, s.response_mask, engine))
+    shared = _collate(seqs, share_prefix=True)
+    assert shared.shared >= 20
+    with torch.no_grad():
+        logp = grpo.token_logprobs(model, shared)
+    rows = [list(range(len(seqs)))]
+    assert LocalTrainer._engine_drift(trajectories, rows, [shared], [logp]) < 1e-6
+    shifted = [
+        Trajectory(t.id, t.row_id, None, [], t.prompt_ids, t.response_ids, t.response_mask, t.logprobs[1:] + [0.0])
+        for t in trajectories
+    ]
+    assert LocalTrainer._engine_drift(shifted, rows, [shared], [logp]) > 1e-2  # and it sees a misplaced token

@@ -17,10 +17,13 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch.nn.modules import module as _hooks
 
 from rlfcore.engines import kvcache
 
 _FAMILIES = ("LlamaForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM")
+_ATTENTION = ("q_proj", "k_proj", "v_proj", "o_proj")
+_MLP = ("gate_proj", "up_proj", "down_proj")
 
 
 def supports(model: Any) -> bool:
@@ -32,7 +35,7 @@ def supports(model: Any) -> bool:
     linears = [
         getattr(part, name)
         for layer in model.model.layers
-        for part, names in ((layer.self_attn, ("q_proj", "k_proj", "v_proj", "o_proj")), (layer.mlp, _MLP))
+        for part, names in ((layer.self_attn, _ATTENTION), (layer.mlp, _MLP))
         for name in names
     ]
     return (
@@ -44,14 +47,9 @@ def supports(model: Any) -> bool:
     )
 
 
-_MLP = ("gate_proj", "up_proj", "down_proj")
-
-
 def hooked(modules: list[torch.nn.Module]) -> bool:
     """Whether a forward hook would see these modules run: then the model's own forward must run."""
-    from torch.nn.modules import module
-
-    if module._global_forward_hooks or module._global_forward_pre_hooks:
+    if _hooks._global_forward_hooks or _hooks._global_forward_pre_hooks:
         return True
     return any(m._forward_hooks or m._forward_pre_hooks for m in modules)
 
