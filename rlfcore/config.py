@@ -104,7 +104,11 @@ class RolloutConfig(_Section):
     max_total_tokens: int = Field(4096, gt=0, description="Prompt plus response tokens per trajectory.")
     n: int = Field(1, ge=1, description="Samples per prompt (GRPO's group size).")
     concurrency: int = Field(64, ge=1, description="Trajectories in flight at once.")
-    check_template: bool = Field(True, description="Compare incremental tokens with a full rendering.")
+    check_template: bool | Literal["group"] = Field(
+        "group",
+        description="Compare incremental tokens with a full rendering: every trajectory (`true`), none (`false`), "
+        "or one in each group of `rollout.n` (`group`).",
+    )
     unreadable_calls: Literal["observe", "stop"] = Field(
         "observe",
         description="A call the parser cannot read: `observe` answers it with the error; `stop` ends the trajectory.",

@@ -162,14 +162,25 @@ class Rollout:
 
         async def one(k: int) -> Trajectory:
             async with gate:
-                traj = await self.trajectory(row, f"{row.id}#{k}")
+                traj = await self.trajectory(row, f"{row.id}#{k}", check_template=self._checks(k))
             if on_done is not None:
                 on_done(traj)
             return traj
 
         return list(await asyncio.gather(*(one(k) for k in range(n or self.cfg.n))))
 
-    async def trajectory(self, row: Row, traj_id: str) -> Trajectory:
+    def _checks(self, k: int) -> bool:
+        """Whether sample ``k`` of a group gets the template check: with ``group``, the first only."""
+        mode = self.cfg.check_template
+        return k == 0 if mode == "group" else mode
+
+    async def trajectory(self, row: Row, traj_id: str, check_template: bool | None = None) -> Trajectory:
+        """One trajectory of ``row``. ``check_template`` (None: from ``rollout.check_template``, where
+        ``group`` picks one trajectory in ``n`` by a hash of ``traj_id``, for a caller that runs a group's
+        samples one by one) says whether it ends with the template check."""
+        if check_template is None:
+            mode = self.cfg.check_template
+            check_template = zlib.crc32(traj_id.encode()) % self.cfg.n == 0 if mode == "group" else mode
         env = self.runtime.env_of(row.raw or {"env": row.env, "id": row.id})
         messages = list(row.prompt)
         if self.cfg.system_prompt and not (messages and messages[0].get("role") == "system"):
@@ -195,7 +206,7 @@ class Rollout:
             ctx.sessions = sessions.opened
             continued = await self._turns(traj, ctx)
             # Raw continuations are encoded piece by piece, not as a rendering of the messages.
-            if self.cfg.check_template and traj.response_ids and not continued:
+            if check_template and traj.response_ids and not continued:
                 traj.template_mismatch = self.check_template(traj)
         except Exception as exc:  # an engine or plugin failure ends this trajectory only
             traj.stop_reason = "error"

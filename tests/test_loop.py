@@ -11,6 +11,7 @@ import functools
 import json
 import operator
 import time
+import zlib
 
 from rlfcore import Score, hookimpl
 from rlfcore.chat import ByteChatTokenizer
@@ -142,6 +143,29 @@ def test_a_turn_the_template_renders_differently_is_reported_at_its_first_token_
     assert mismatch_at(t.template_mismatch, 1 << 20) == at  # where rlf ui's token view marks it
     [unchecked] = rollout({**CONFIG, "rollout": {"check_template": False}}, rows, script, {"calc": Calculator()})
     assert unchecked.response_ids == t.response_ids and unchecked.template_mismatch is None
+
+
+def test_the_template_check_runs_on_every_trajectory_or_on_one_per_group():
+    """``group`` (the default) checks each group's first sample, ``true`` all of them; a caller running
+    samples one at a time (verl's agent loop) gets one in ``n`` by a hash of the trajectory's id."""
+    script = {"q": [call("add", a=1, b=2), call("add", a=3, b=4) + call("add", a=5, b=6), "done"]}
+    rows = [{"id": "q", "prompt": "Add up."}]
+    every = rollout({**CONFIG, "rollout": {"n": 4, "check_template": True}}, rows, script, {"calc": Calculator()})
+    assert [t.template_mismatch is not None for t in every] == [True] * 4
+    grouped = rollout({**CONFIG, "rollout": {"n": 4}}, rows, script, {"calc": Calculator()})
+    assert [t.template_mismatch is not None for t in grouped] == [True, False, False, False]
+    assert [t.response_ids for t in grouped] == [t.response_ids for t in every]
+
+    runtime = make_runtime({**CONFIG, "rollout": {"n": 4}}, {"calc": Calculator()})
+    try:
+        tok = ByteChatTokenizer()
+        loop = Rollout(runtime, ScriptedEngine(tok, script), tok)
+        ids = [f"q#{k:02x}" for k in range(32)]
+        one_by_one = [runtime.run(loop.trajectory(normalize_row(rows[0]), i)) for i in ids]
+    finally:
+        runtime.close()
+    checked = [t.template_mismatch is not None for t in one_by_one]
+    assert checked == [zlib.crc32(i.encode()) % 4 == 0 for i in ids] and 0 < sum(checked) < 32
 
 
 def test_a_rollout_longer_than_its_full_rendering_is_reported_where_the_rendering_ends():

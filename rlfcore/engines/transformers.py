@@ -95,7 +95,9 @@ class _Batch:
         if not _mergeable(self.cache):
             return []
         cols = self.mask[j].nonzero().squeeze(1)
-        return [(layer.keys[j][:, cols], layer.values[j][:, cols]) for layer in self.cache.layers]
+        return [
+            (layer.keys[j].index_select(1, cols), layer.values[j].index_select(1, cols)) for layer in self.cache.layers
+        ]
 
     def select(self, keep: list[int], device: torch.device) -> list[int]:
         """Keep these rows, in the order returned (old indices); cache columns that only the rows gone
@@ -239,6 +241,7 @@ class TransformersEngine(Engine):
         """Whether forward passes run :func:`rlfcore.engines.decoder.forward` (the same logits, less
         Python), unless a forward hook is registered on the model."""
         self._modules = list(model.modules())
+        self._params: list[torch.nn.Parameter] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._inbox: collections.deque[_Request] = collections.deque()
         self._wake: asyncio.Event | None = None
@@ -318,6 +321,7 @@ class TransformersEngine(Engine):
     def _run(self, inbox: collections.deque[_Request]) -> None:
         """Decode until no row is left and nothing waits; a failing forward fails the rows it held."""
         modes = [(m, m.training) for m in self.model.modules()]
+        self._params = list(self.model.parameters())  # the weights' versions are read at every step that ends a row
         self.model.eval()
         threads = torch.get_num_threads()
         if self.threads is not None:
@@ -383,10 +387,11 @@ class TransformersEngine(Engine):
                     continue
                 done.append((j, r, reason))
             version = self._weights_version() if done and self.scheduling == "continuous" else 0
-            for j, r, reason in done:
+            for j, r, _ in done:
                 if r.request_id and self.scheduling == "continuous":  # kept before the caller can send its next turn
                     self._keep_prefix(r, batch.row_kv(j), version)
-                self._finish(r, reason)
+            if done:
+                self._finish([(r, reason) for _, r, reason in done])
             if len(keep) < len(batch.rows):
                 order = batch.select(keep, self.device)
                 tokens = tokens[torch.tensor(order, dtype=torch.long, device=self.device)]
@@ -461,7 +466,7 @@ class TransformersEngine(Engine):
 
     def _weights_version(self) -> int:
         """Changes whenever a parameter is written in place (an optimizer step, a weight sync)."""
-        return sum(p._version for p in self.model.parameters())
+        return sum(p._version for p in self._params)
 
     def _keep_prefix(self, r: _Request, kv: list[tuple[torch.Tensor, torch.Tensor]], version: int) -> None:
         # The cache covers the prompt and every token but the last, which was sampled, not yet fed.
@@ -555,15 +560,21 @@ class TransformersEngine(Engine):
         keep = torch.zeros_like(probs, dtype=torch.bool).scatter_(1, order, ~drop)
         return probs.masked_fill_(~keep, 0.0)
 
-    def _finish(self, r: _Request, reason: Literal["stop", "length"]) -> None:
-        self.stats.generated_tokens += len(r.tokens)
-        generation = Generation(token_ids=r.tokens, logprobs=r.logprobs, finish_reason=reason)
-        r.future.get_loop().call_soon_threadsafe(_settle, r.future, generation)
+    def _finish(self, ended: list[tuple[_Request, Literal["stop", "length"]]]) -> None:
+        """Answer the rows that ended at this step: one wake-up of each caller's loop for all of them."""
+        answers: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Generation], Generation]]] = {}
+        for r, reason in ended:
+            self.stats.generated_tokens += len(r.tokens)
+            generation = Generation(token_ids=r.tokens, logprobs=r.logprobs, finish_reason=reason)
+            answers.setdefault(r.future.get_loop(), []).append((r.future, generation))
+        for loop, settled in answers.items():
+            loop.call_soon_threadsafe(_settle, settled)
 
 
-def _settle(future: asyncio.Future[Generation], generation: Generation) -> None:
-    if not future.done():  # the caller may have been cancelled
-        future.set_result(generation)
+def _settle(settled: list[tuple[asyncio.Future[Generation], Generation]]) -> None:
+    for future, generation in settled:
+        if not future.done():  # the caller may have been cancelled
+            future.set_result(generation)
 
 
 def _fail(request: _Request, exc: BaseException) -> None:
