@@ -142,14 +142,16 @@ async def test_seeded_sampling_is_reproducible_whatever_the_batch(model):
     params = SamplingParams(temperature=1.0, top_p=0.9, top_k=50, max_tokens=16, seed=1234)
     alone = await engine.generate(PROMPTS[0], params)
     again = await engine.generate(PROMPTS[0], params)
-    batched, *_ = await asyncio.gather(
+    batched, greedy, *_ = await asyncio.gather(  # beside a greedy row and unseeded ones
         engine.generate(PROMPTS[0], params),
-        *(engine.generate(p, SamplingParams(temperature=1.0, max_tokens=16)) for p in PROMPTS[1:]),
+        engine.generate(PROMPTS[1], SamplingParams(temperature=0.0, max_tokens=16)),
+        *(engine.generate(p, SamplingParams(temperature=1.0, max_tokens=16)) for p in PROMPTS[2:]),
     )
     other_seed = await engine.generate(
         PROMPTS[0], SamplingParams(temperature=1.0, top_p=0.9, top_k=50, max_tokens=16, seed=99)
     )
     assert alone.token_ids == again.token_ids == batched.token_ids
+    assert greedy.token_ids == hf_greedy(model, PROMPTS[1], 16)
     assert alone.logprobs == pytest.approx(batched.logprobs, abs=1e-4)
     assert other_seed.token_ids != alone.token_ids
     assert alone.token_ids != hf_greedy(model, PROMPTS[0], 16)  # it really sampled

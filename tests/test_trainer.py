@@ -250,3 +250,15 @@ def test_sft_follows_its_learning_rate_schedule(tmp_path):
     assert out.returncode == 0, out.stdout + out.stderr
     lrs = [json.loads(x)["lr"] for x in (tmp_path / "sft" / "sft_metrics.jsonl").read_text().splitlines()]
     assert lrs == pytest.approx([0.005, 0.01, 0.01, 0.0075, 0.005, 0.0025]), lrs  # each step's own rate
+
+
+def test_each_epoch_serves_every_row_once_in_a_seeded_order_and_steps_run_across_epochs():
+    from rlfcore.backends.local.local import row_order
+
+    steps = [row_order(10, 3, step, 4) for step in range(5)]  # 20 positions: two epochs of 10 rows
+    flat = [i for s in steps for i in s]
+    assert sorted(flat[:10]) == list(range(10)) and sorted(flat[10:]) == list(range(10))
+    assert flat[:10] != flat[10:] and flat[:10] != list(range(10))  # each epoch has its own shuffle
+    assert steps == [row_order(10, 3, step, 4) for step in range(5)]  # the same seed, the same order
+    assert steps[2] == flat[8:12]  # step 2 straddles the epochs
+    assert [row_order(10, 4, step, 4) for step in range(5)] != steps

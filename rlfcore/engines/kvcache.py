@@ -109,15 +109,16 @@ class SlotLayer(DynamicLayer):
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
         """Keep the rows ``indices`` (a row may repeat: copies of one prefill), in that order."""
-        self._k, self._v = self._k[indices], self._v[indices]
+        self._k, self._v = self._k.index_select(0, indices), self._v.index_select(0, indices)
         self.rows = len(indices)
         self._view()
 
     def move_rows(self, holes: torch.Tensor, movers: torch.Tensor, rows: int, start: int) -> None:
         """Copy rows ``movers`` into rows ``holes``, keep the first ``rows``, drop ``start`` leading columns."""
-        if len(holes):
-            self._k[holes, :, self.start : self.end] = self._k[movers, :, self.start : self.end]
-            self._v[holes, :, self.start : self.end] = self._v[movers, :, self.start : self.end]
+        if len(holes):  # index_select/index_copy_: half the time of assigning by advanced indexing
+            for buffer in (self._k, self._v):
+                live = buffer[:, :, self.start : self.end]
+                live.index_copy_(0, holes, live.index_select(0, movers))
         self.rows = rows
         self.start += start
         self._view()
