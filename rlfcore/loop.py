@@ -162,25 +162,25 @@ class Rollout:
 
         async def one(k: int) -> Trajectory:
             async with gate:
-                traj = await self.trajectory(row, f"{row.id}#{k}", check_template=self._checks(k))
+                traj = await self.trajectory(row, f"{row.id}#{k}", sample=k)
             if on_done is not None:
                 on_done(traj)
             return traj
 
         return list(await asyncio.gather(*(one(k) for k in range(n or self.cfg.n))))
 
-    def _checks(self, k: int) -> bool:
-        """Whether sample ``k`` of a group gets the template check: with ``group``, the first only."""
+    def _checks_template(self, traj_id: str, sample: int | None) -> bool:
+        """Whether a trajectory ends with the template check. With ``group``: the group's first sample,
+        or, for a caller that runs a group's samples one by one (no ``sample``), one in ``n`` by a hash
+        of the trajectory's id."""
         mode = self.cfg.check_template
-        return k == 0 if mode == "group" else mode
+        if mode != "group":
+            return mode
+        return sample == 0 if sample is not None else zlib.crc32(traj_id.encode()) % self.cfg.n == 0
 
-    async def trajectory(self, row: Row, traj_id: str, check_template: bool | None = None) -> Trajectory:
-        """One trajectory of ``row``. ``check_template`` (None: from ``rollout.check_template``, where
-        ``group`` picks one trajectory in ``n`` by a hash of ``traj_id``, for a caller that runs a group's
-        samples one by one) says whether it ends with the template check."""
-        if check_template is None:
-            mode = self.cfg.check_template
-            check_template = zlib.crc32(traj_id.encode()) % self.cfg.n == 0 if mode == "group" else mode
+    async def trajectory(self, row: Row, traj_id: str, sample: int | None = None) -> Trajectory:
+        """One trajectory of ``row``; ``sample`` is its index in its group, when the caller knows it."""
+        check_template = self._checks_template(traj_id, sample)
         env = self.runtime.env_of(row.raw or {"env": row.env, "id": row.id})
         messages = list(row.prompt)
         if self.cfg.system_prompt and not (messages and messages[0].get("role") == "system"):

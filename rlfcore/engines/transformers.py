@@ -561,14 +561,13 @@ class TransformersEngine(Engine):
         return probs.masked_fill_(~keep, 0.0)
 
     def _finish(self, ended: list[tuple[_Request, Literal["stop", "length"]]]) -> None:
-        """Answer the rows that ended at this step: one wake-up of each caller's loop for all of them."""
-        answers: dict[asyncio.AbstractEventLoop, list[tuple[asyncio.Future[Generation], Generation]]] = {}
+        """Answer the rows that ended at this step with one wake-up of their loop (a run serves one
+        loop's inbox, so its rows share that loop)."""
+        settled = []
         for r, reason in ended:
             self.stats.generated_tokens += len(r.tokens)
-            generation = Generation(token_ids=r.tokens, logprobs=r.logprobs, finish_reason=reason)
-            answers.setdefault(r.future.get_loop(), []).append((r.future, generation))
-        for loop, settled in answers.items():
-            loop.call_soon_threadsafe(_settle, settled)
+            settled.append((r.future, Generation(token_ids=r.tokens, logprobs=r.logprobs, finish_reason=reason)))
+        ended[0][0].future.get_loop().call_soon_threadsafe(_settle, settled)
 
 
 def _take(t: torch.Tensor, index: list[int]) -> torch.Tensor:
