@@ -33,6 +33,9 @@ from rlfcore.loop import Rollout
 from rlfcore.rewards import RewardPipeline
 from rlfcore.testing import make_runtime
 
+TOKEN = "ui-test-token-0123456789"  # the secret every request needs; a real start makes a fresh one
+BASE = "http://127.0.0.1:8765"  # a Host the UI accepts (loopback)
+
 PLUGIN = '''
 """Test tools for the UI: an adder, a tool that outlives its timeout, and a scorer that fails on one row."""
 import asyncio
@@ -220,7 +223,8 @@ def client(ui_world: dict[str, Any]):
 
     from rlfcore.ui import create_app
 
-    with TestClient(create_app(ui_world["runs"], ui_world["config"], poll_ms=500)) as c:
+    app = create_app(ui_world["runs"], ui_world["config"], poll_ms=500, token=TOKEN)
+    with TestClient(app, base_url=BASE, headers={"X-RLF-Token": TOKEN}) as c:
         yield c
 
 
@@ -341,7 +345,9 @@ def test_tools_page_lists_tools_and_calls_them_through_the_executor(client, ui_w
     assert "schema" in schema
     stats = client.get(f"/tools?run=timeouts&config={ui_world['config']}").text
     assert "error kinds: timeout" in stats
-    missing = client.get("/tools?config=/nonexistent/run.yaml").text
+    outside = client.get("/tools?config=/nonexistent/run.yaml")
+    assert outside.status_code == 403 and "outside the folders this UI serves" in outside.text
+    missing = client.get(f"/tools?config={ui_world['base']}/nonexistent.yaml").text
     assert "no such file" in missing
 
 
@@ -370,7 +376,10 @@ def test_launch_stop_and_refusals(client, ui_world) -> None:
             "/launch", data={"kind": "train", "config": str(ui_world["config"]), "run_name": "../escape"}
         ).text
     )
-    assert "no such config" in client.post("/launch", data={"config": "/nope.yaml", "run_name": "x"}).text
+    assert (
+        "no such config"
+        in client.post("/launch", data={"config": str(ui_world["base"] / "nope.yaml"), "run_name": "x"}).text
+    )
     done = client.post(
         "/launch",
         data={"kind": "eval", "config": str(ui_world["config"]), "run_name": "launched"},
@@ -428,7 +437,7 @@ def test_a_100_mb_samples_file_is_paged_not_loaded(tmp_path: Path, ui_world: dic
         "run page": "/run?run=big",
         "banner": "/banner?run=big",
     }
-    with TestClient(create_app(tmp_path / "runs")) as c:
+    with TestClient(create_app(tmp_path / "runs", token=TOKEN), base_url=BASE, headers={"X-RLF-Token": TOKEN}) as c:
         t0 = time.perf_counter()
         first = c.get("/trajectories?run=big")  # builds the index
         index_s = time.perf_counter() - t0

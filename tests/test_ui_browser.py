@@ -26,7 +26,10 @@ ARGS = [
     "--disable-gpu",
     "--disable-component-update",
     "--disable-sync",
+    # Names that resolve to loopback, as DNS rebinding makes them: a foreign Host and a cross-site attacker.
+    "--host-resolver-rules=MAP rebound.example 127.0.0.1, MAP attacker.example 127.0.0.1",
 ]
+TOKEN = "browser-test-token-0123456789"
 
 if not Path(CHROMIUM).exists():
     if os.environ.get(
@@ -64,7 +67,7 @@ def server(ui_world: dict[str, Any]) -> Iterator[str]:
         port = s.getsockname()[1]
     srv = uvicorn.Server(
         uvicorn.Config(
-            create_app(ui_world["runs"], ui_world["config"], poll_ms=400),
+            create_app(ui_world["runs"], ui_world["config"], poll_ms=400, token=TOKEN),
             host="127.0.0.1",
             port=port,
             log_level="warning",
@@ -90,12 +93,15 @@ def browser() -> Iterator[Any]:
 
 
 @pytest.fixture()
-def page(browser: Any) -> Iterator[Any]:
+def page(browser: Any, server: str) -> Iterator[Any]:
+    """A logged-in page: the browser opened the URL ``rlf ui`` prints, with its token, once."""
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     p = context.new_page()
     p.set_default_timeout(60_000)  # CI's two cores are shared: a slow page is not a broken one
     errors: list[str] = []
     p.on("pageerror", lambda exc: errors.append(str(exc)))
+    p.goto(f"{server}/?token={TOKEN}")
+    assert p.url == f"{server}/"  # the token is traded for a cookie and leaves the address bar
     yield p
     context.close()
     assert not errors, f"JavaScript errors: {errors}"
@@ -215,3 +221,65 @@ def test_validate_a_config_on_the_data_page(page: Any, server: str, shots: Path,
     text = page.inner_text("#validation")
     assert "rollout.n" in text and "rollout.max_turnz" in text
     page.screenshot(path=str(shots / "data.png"), full_page=True)
+
+
+def test_without_the_token_every_page_is_refused(browser: Any, server: str) -> None:
+    context = browser.new_context()
+    try:
+        p = context.new_page()
+        for path in ("/", "/run?run=finished", "/data"):
+            answer = p.goto(server + path)
+            assert answer is not None and answer.status == 403, path
+            assert "open the URL that `rlf ui` printed" in p.inner_text("body")
+        assert p.goto(f"{server}/?token=not-the-token-0123456789").status == 403
+    finally:
+        context.close()
+
+
+def test_a_foreign_host_is_refused_in_the_browser(page: Any, server: str) -> None:
+    """DNS rebinding: rebound.example resolves to 127.0.0.1, so its pages reach the UI's port."""
+    port = server.rsplit(":", 1)[1]
+    answer = page.goto(f"http://rebound.example:{port}/")
+    assert answer is not None and answer.status == 400 and "Invalid host header" in page.inner_text("body")
+
+
+ATTACK = """<!doctype html><html><body>
+<form id="f" method="post" action="{target}/launch">
+<input name="kind" value="eval"><input name="config" value="{config}"><input name="run_name" value="attack">
+<input name="overrides" value="mcp.servers.x.command=sh">
+</form><script>document.getElementById("f").submit();</script></body></html>"""
+
+
+@pytest.mark.parametrize("attacker", ["127.0.0.1", "attacker.example"])
+def test_a_cross_origin_post_from_another_page_is_refused(
+    page: Any, server: str, ui_world: dict[str, Any], attacker: str
+) -> None:
+    """The probe's attack in a logged-in browser: a page on another origin (another loopback port, which
+    is the same site for cookies, or another site) auto-submits a form to /launch."""
+    import http.server
+
+    body = ATTACK.format(target=server, config=ui_world["config"]).encode()
+
+    class Attacker(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    evil = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Attacker)
+    thread = threading.Thread(target=evil.serve_forever, daemon=True)
+    thread.start()
+    try:
+        with page.expect_navigation(url=f"{server}/launch"):
+            page.goto(f"http://{attacker}:{evil.server_address[1]}/")
+        text = page.inner_text("body")
+        assert "rlf ui:" in text and ("cross-origin request refused" in text or "needs the UI's token" in text), text
+        assert not (ui_world["runs"] / "attack").exists()
+    finally:
+        evil.shutdown()
+        evil.server_close()

@@ -44,6 +44,7 @@ SHORT = [
     "model.init.intermediate_size=64",
 ]
 CHROMIUM = "/usr/bin/chromium"
+UI_TOKEN = "train-ui-test-token-0123456789"
 
 
 def env() -> dict[str, str]:
@@ -110,10 +111,12 @@ def ui_server(example: Path) -> Iterator[httpx.Client]:
             "0.3",
             "--config",
             str(example / "run.yaml"),
+            "--token",
+            UI_TOKEN,
         ],
         log,
     )
-    client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30)
+    client = httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30, headers={"X-RLF-Token": UI_TOKEN})
 
     def up() -> bool:
         try:
@@ -173,6 +176,7 @@ def test_rlf_ui_shows_the_embedded_default_while_it_trains_and_after(
             assert "<td>mcp</td>" in trajs  # the calculator's environment
             if Path(CHROMIUM).exists():
                 browser = Browser(str(ui.base_url))
+                browser.page.goto(f"{ui.base_url}/?token={UI_TOKEN}")  # the URL rlf ui prints: it sets the cookie
                 browser.page.goto(f"{ui.base_url}/run?run=calculator")
                 browser.points(len(seen))
                 assert browser.page.inner_text("#run-status") == "running"

@@ -15,6 +15,8 @@ tracking = pytest.importorskip("verl.utils.tracking")
 from rlfcore.backends.verl import METRICS_FILE  # noqa: E402
 from rlfcore.ui.verl_metrics import from_verl  # noqa: E402
 
+TOKEN = "ui-test-token-0123456789"
+
 
 def verl_step(step: int) -> dict[str, object]:
     """One step's metrics in verl 0.9.1's names (metric_utils, the actor's losses, marked_timer), numpy
@@ -72,7 +74,9 @@ def test_run_page_and_metrics_feed_draw_a_verl_run_live(verl_logger) -> None:
 
     run, logger = verl_logger
     logger.log(verl_step(1), step=1)
-    with TestClient(create_app(run.parent, poll_ms=500)) as client:
+    with TestClient(
+        create_app(run.parent, poll_ms=500, token=TOKEN), base_url="http://127.0.0.1", headers={"X-RLF-Token": TOKEN}
+    ) as client:
         table = client.get("/runs-table").text
         row = table.split('data-run="verl-run"')[1].split("</tr>")[0]
         assert "verl" in row and "running" in row and "0.250" in row
@@ -105,7 +109,11 @@ def test_a_resumed_verl_run_keeps_the_curves_of_its_kept_steps(verl_logger) -> N
     resumed = tracking.FileLogger("rlf", "run")  # what verl opens when the resumed run starts
     try:
         resumed.log(verl_step(3), step=3)
-        with TestClient(create_app(run.parent, poll_ms=500)) as client:
+        with TestClient(
+            create_app(run.parent, poll_ms=500, token=TOKEN),
+            base_url="http://127.0.0.1",
+            headers={"X-RLF-Token": TOKEN},
+        ) as client:
             first = client.get("/api/metrics?run=verl-run").json()
             assert [r["step"] for r in first["rows"]] == [1, 2, 3]
             resumed.log(verl_step(4), step=4)

@@ -18,14 +18,19 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from rlfcore.ui import runs as rd
+from rlfcore.ui.access import Access, Secret, new_token
+from rlfcore.ui.allowed import Refused, Roots, check_overrides
 from rlfcore.ui.launch import Launcher, LaunchError, dry_run
+from rlfcore.ui.records import LINE_BYTES, shown, too_big
 from rlfcore.ui.samples import SampleFiles, sample_files, step_of
 from rlfcore.ui.tokens import load as load_tokenizer
 from rlfcore.ui.tokens import tokenizer_dir, tokens
@@ -34,29 +39,55 @@ from rlfcore.ui.toolbench import ToolBench, tool_stats
 HERE = Path(__file__).parent
 GROUPS_PER_PAGE = 10
 LOG_LINES = 60
+LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]")  # as Starlette reads a Host header: IPv6 in brackets
 
 
 class State:
     """What the app shares across requests."""
 
-    def __init__(self, root: Path, config: Path | None, poll_ms: int):
+    def __init__(
+        self, root: Path, config: Path | None, poll_ms: int, roots: Roots, secret: Secret, read_only: bool
+    ) -> None:
         self.root = root
         self.config = config
         self.poll_ms = poll_ms
+        self.roots = roots
+        self.secret = secret
+        self.read_only = read_only
         self.samples = SampleFiles()
         self.bench = ToolBench()
         self.launcher = Launcher()
 
 
-def create_app(root: str | Path, config: str | Path | None = None, poll_ms: int = 2000) -> Starlette:
-    """The app over the runs under ``root``; ``config`` is the default config of the tools and data pages."""
-    state = State(Path(root).resolve(), Path(config).resolve() if config else None, poll_ms)
+def create_app(
+    root: str | Path,
+    config: str | Path | None = None,
+    poll_ms: int = 2000,
+    *,
+    token: str | None = None,
+    hosts: list[str] | None = None,
+    roots: list[str | Path] | None = None,
+    read_only: bool = False,
+) -> Starlette:
+    """The app over the runs under ``root``; ``config`` is the default config of the tools and data pages.
+
+    ``token`` is the secret every request needs (a new one when not given: read it from
+    ``app.state.ui.secret``); ``hosts`` the ``Host`` names accepted besides loopback's; ``roots`` more
+    folders whose configs may be read and launched; ``read_only`` leaves out launching, stopping,
+    resuming and tool calls.
+    """
+    root_path = Path(root).resolve()
+    config_file = Path(config).resolve() if config else None
+    folders = [root_path, *(Path(r) for r in roots or [])] + ([config_file.parent] if config_file else [])
+    state = State(root_path, config_file, poll_ms, Roots(folders), Secret(token or new_token()), read_only)
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     templates.env.filters["num"] = _num
     templates.env.filters["dur"] = _dur
     templates.env.filters["tojson_pretty"] = lambda v: json.dumps(v, indent=2, ensure_ascii=False, default=str)
     templates.env.globals["poll_ms"] = poll_ms
     templates.env.globals["example"] = example_arguments
+    templates.env.globals["csrf"] = state.secret.csrf
+    templates.env.globals["read_only"] = read_only
 
     def page(request: Request, name: str, **ctx: Any) -> HTMLResponse:
         return templates.TemplateResponse(request, name, {"root": state.root, **ctx})
@@ -80,18 +111,29 @@ def create_app(root: str | Path, config: str | Path | None = None, poll_ms: int 
                 return f
         raise HTTPException(404, f"run {run.name} has no sample file {name!r}")
 
+    def allowed_config(raw: str | Path) -> Path:
+        try:
+            return state.roots.config(raw, state.root)
+        except Refused as exc:
+            raise HTTPException(403, str(exc)) from None
+
     def config_path(request: Request, run: Path | None = None) -> Path | None:
         raw = request.query_params.get("config")
         if raw:
-            p = Path(raw).expanduser()
-            return (p if p.is_absolute() else state.root / p).resolve()
+            return allowed_config(raw)
         if run is not None:
             launched = Launcher.record(run)
             if launched and launched.get("config"):
-                return Path(launched["config"])
+                return allowed_config(str(launched["config"]))
             if (run / "config.yaml").exists():
-                return run / "config.yaml"
+                return allowed_config(run / "config.yaml")
         return state.config
+
+    def allowed_overrides(raw: str) -> list[str]:
+        try:
+            return check_overrides(_overrides(raw))
+        except Refused as exc:
+            raise HTTPException(403, str(exc)) from None
 
     # --- runs ------------------------------------------------------------------------------------
 
@@ -147,8 +189,8 @@ def create_app(root: str | Path, config: str | Path | None = None, poll_ms: int 
 
     async def log_tail(request: Request) -> HTMLResponse:
         run = run_path(request)
-        path = rd.log_file(run)
-        lines = rd.tail_lines(path, LOG_LINES) if path else []
+        path = await run_in_threadpool(rd.log_file, run)
+        lines = await run_in_threadpool(rd.tail_lines, path, LOG_LINES) if path else []
         return page(request, "_log.html", lines=lines, path=path, status=rd.status(run))
 
     # --- trajectories ----------------------------------------------------------------------------
@@ -201,7 +243,7 @@ def create_app(root: str | Path, config: str | Path | None = None, poll_ms: int 
         picked = [_index_param(request, k, len(index.entries)) for k in ("i", "j") if k in request.query_params]
         if not picked:
             raise HTTPException(400, "give the sample's index as ?i=N (and ?j=M to compare two)")
-        records = [(i, index.read(i)) for i in picked]
+        records = [(i, await run_in_threadpool(_record, index, i)) for i in picked]
         siblings = index.groups.get(index.entries[picked[0]].row_id, [])
         return page(
             request,
@@ -218,7 +260,7 @@ def create_app(root: str | Path, config: str | Path | None = None, poll_ms: int 
         path = sample_file(request, run)
         index = await run_in_threadpool(state.samples.get, path)
         i = _index_param(request, "i", len(index.entries))
-        record = index.read(i)
+        record = await run_in_threadpool(_record, index, i)
         where = tokenizer_dir(run, rd.read_config(run))
         tok = await run_in_threadpool(load_tokenizer, str(where)) if where else None
         toks, at = tokens(record, tok)
@@ -233,6 +275,14 @@ def create_app(root: str | Path, config: str | Path | None = None, poll_ms: int 
             mismatch_at=at,
             tokenizer=where,
         )
+
+    async def raw_line(request: Request) -> Response:
+        """One stored line as it is, for records the pages show cut."""
+        run = run_path(request)
+        path = sample_file(request, run)
+        index = await run_in_threadpool(state.samples.get, path)
+        i = _index_param(request, "i", len(index.entries))
+        return StreamingResponse(index.raw(i), media_type="application/json")
 
     # --- tools -----------------------------------------------------------------------------------
 
@@ -261,7 +311,7 @@ def create_app(root: str | Path, config: str | Path | None = None, poll_ms: int 
 
     async def tool_call(request: Request) -> HTMLResponse:
         form = await request.form()
-        cfg = Path(str(form.get("config", "")))
+        cfg = allowed_config(str(form.get("config", "")))
         started = time.perf_counter()
         try:
             result = await run_in_threadpool(
@@ -280,7 +330,7 @@ def create_app(root: str | Path, config: str | Path | None = None, poll_ms: int 
 
     async def data_page(request: Request) -> HTMLResponse:
         cfg = config_path(request)
-        overrides = _overrides(request.query_params.get("overrides", ""))
+        overrides = allowed_overrides(request.query_params.get("overrides", ""))
         preview = (
             await run_in_threadpool(_preview, state, cfg, overrides, _int_param(request, "rows", 5)) if cfg else None
         )
@@ -295,27 +345,34 @@ def create_app(root: str | Path, config: str | Path | None = None, poll_ms: int 
 
     async def validate(request: Request) -> HTMLResponse:
         form = await request.form()
-        issues, resolved = _validate(
-            str(form.get("text", "")),
-            _overrides(str(form.get("overrides", ""))),
-            Path(str(form.get("config") or state.root)),
-        )
+        text = str(form.get("text", ""))
+        raw = str(form.get("config") or "")
+        base = allowed_config(raw).parent if raw else state.root
+        try:
+            state.roots.check_text(text, base)
+            overrides = check_overrides(_overrides(str(form.get("overrides", ""))))
+        except Refused as exc:
+            return page(request, "_validation.html", issues=[{"path": "(refused)", "message": str(exc)}], resolved=None)
+        issues, resolved = await run_in_threadpool(_validate, text, overrides, base)
         return page(request, "_validation.html", issues=issues, resolved=resolved)
 
     async def launch(request: Request) -> Response:
         form = await request.form()
         kind = str(form.get("kind", "train"))
-        cfg = Path(str(form.get("config", ""))).expanduser()  # noqa: ASYNC240 - reads only $HOME, not the disk
+        try:
+            cfg = state.roots.config(str(form.get("config", "")), state.root)
+            overrides = check_overrides(_overrides(str(form.get("overrides", ""))))
+        except Refused as exc:
+            return page(request, "_message.html", error=str(exc))
         name = str(form.get("run_name") or f"{cfg.stem}-{time.strftime('%Y%m%d-%H%M%S')}")
         target = (state.root / name).resolve()
         if not target.is_relative_to(state.root) or target == state.root:
             return page(request, "_message.html", error=f"run name {name!r} must be a folder under {state.root}")
-        overrides = _overrides(str(form.get("overrides", "")))
         if kind == "verl":
-            rc, out, argv = await run_in_threadpool(dry_run, cfg.resolve(), target, overrides)
+            rc, out, argv = await run_in_threadpool(dry_run, cfg, target, overrides)
             return page(request, "_dry_run.html", rc=rc, output=out, command=shlex.join(argv[2:]))
         try:
-            state.launcher.start(kind, cfg.resolve(), target, overrides)
+            state.launcher.start(kind, cfg, target, overrides)
         except LaunchError as exc:
             return page(request, "_message.html", error=str(exc))
         url = f"/run?run={rd.run_name(state.root, target)}"
@@ -345,7 +402,10 @@ def create_app(root: str | Path, config: str | Path | None = None, poll_ms: int 
                 f"from a shell: rlf train CONFIG --run-dir {run} --resume",
             )
         try:
-            state.launcher.start("train", cfg, run, list(record.get("overrides", [])), resume=True)
+            overrides = check_overrides(str(o) for o in record.get("overrides", []))
+            state.launcher.start("train", cfg, run, overrides, resume=True)
+        except Refused as exc:
+            return page(request, "_message.html", error=str(exc))
         except LaunchError as exc:
             return page(request, "_message.html", error=str(exc))
         return page(request, "_message.html", message="resumed")
@@ -354,6 +414,11 @@ def create_app(root: str | Path, config: str | Path | None = None, poll_ms: int 
         code = getattr(exc, "status_code", 500)
         detail = getattr(exc, "detail", str(exc))
         return templates.TemplateResponse(request, "error.html", {"code": code, "detail": detail}, status_code=code)
+
+    async def failed(request: Request, exc: Exception) -> Response:
+        """A bug or an unreadable file: a page that says what failed, not a bare 500."""
+        detail = f"this page failed: {type(exc).__name__}: {exc}. The run's files are unchanged; reload to try again."
+        return templates.TemplateResponse(request, "error.html", {"code": 500, "detail": detail}, status_code=500)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -372,16 +437,33 @@ def create_app(root: str | Path, config: str | Path | None = None, poll_ms: int 
         Route("/trajectories", trajectories),
         Route("/sample", sample),
         Route("/tokens", token_view),
+        Route("/raw", raw_line),
         Route("/tools", tools_page),
-        Route("/tools/call", tool_call, methods=["POST"]),
         Route("/data", data_page),
         Route("/config/validate", validate, methods=["POST"]),
-        Route("/launch", launch, methods=["POST"]),
-        Route("/stop", stop, methods=["POST"]),
-        Route("/resume", resume, methods=["POST"]),
         Mount("/static", StaticFiles(directory=str(HERE / "static")), name="static"),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={HTTPException: not_found})
+    if not read_only:  # the routes that start a process or run a tool
+        routes += [
+            Route("/tools/call", tool_call, methods=["POST"]),
+            Route("/launch", launch, methods=["POST"]),
+            Route("/stop", stop, methods=["POST"]),
+            Route("/resume", resume, methods=["POST"]),
+        ]
+    middleware = [
+        Middleware(
+            TrustedHostMiddleware,
+            allowed_hosts=[*LOCAL_HOSTS, *(f"[{h}]" if ":" in h else h for h in hosts or [])],
+            www_redirect=False,
+        ),
+        Middleware(Access, secret=state.secret),
+    ]
+    app = Starlette(
+        routes=routes,
+        middleware=middleware,
+        lifespan=lifespan,
+        exception_handlers={HTTPException: not_found, Exception: failed},
+    )
     app.state.ui = state
     return app
 
@@ -417,6 +499,17 @@ def _warnings(run: Path, files: SampleFiles) -> list[str]:
             for e in index.entries
         ]
     return rd.warnings(metrics, last)
+
+
+def _record(index: Any, i: int) -> dict[str, Any]:
+    """Entry ``i`` as the pages show it (see :mod:`rlfcore.ui.records`)."""
+    entry = index.entries[i]
+    if entry.length > LINE_BYTES:
+        return too_big(entry.id, entry.length)
+    try:
+        return shown(index.read(i))
+    except ValueError as exc:
+        return shown({"id": entry.id, "error": f"the line is not JSON any more ({exc}): was the file rewritten?"})
 
 
 def _run_tool_stats(run: Path, files: SampleFiles, max_records: int = 400) -> dict[str, Any]:

@@ -246,25 +246,40 @@ def read_jsonl_tail(path: Path, n: int) -> list[dict[str, Any]]:
     return out
 
 
-def tail_lines(path: Path, n: int, block: int = 64 << 10) -> list[str]:
-    """The last ``n`` complete lines of a file, read backwards in blocks."""
+def tail_lines(path: Path, n: int, block: int = 64 << 10, max_bytes: int = 1 << 20, max_chars: int = 4000) -> list[str]:
+    """The last ``n`` complete lines of a file, read backwards in blocks: at most ``max_bytes`` read and
+    each line cut to ``max_chars``, so one enormous progress line costs what a short log does."""
     try:
         f = path.open("rb")
     except OSError:
         return []
+    chunks: list[bytes] = []
     with f:
         f.seek(0, os.SEEK_END)
         size = pos = f.tell()
-        data = b""
-        while pos > 0 and data.count(b"\n") <= n:
+        newlines = 0
+        while pos > 0 and newlines <= n and size - pos < max_bytes:
             step = min(block, pos)
             pos -= step
             f.seek(pos)
-            data = f.read(step) + data
+            chunks.append(f.read(step))
+            newlines += chunks[-1].count(b"\n")
+    data = b"".join(reversed(chunks))
     if size and not data.endswith(b"\n"):
         data = data[: data.rfind(b"\n") + 1]  # the line being written
+    head = ""
+    if pos > 0:  # the first line read may have begun before what was read
+        first = data.find(b"\n") + 1
+        head, data = (
+            (f"[… {pos:,} earlier bytes not read]", data[first:]) if first else ("[… a line too long to show]", b"")
+        )
     lines = data.decode("utf-8", "replace").splitlines()
-    return lines[-n:] if n else []
+    cut = [
+        line if len(line) <= max_chars else f"{line[:max_chars]} [… {len(line) - max_chars:,} more characters]"
+        for line in lines
+    ]
+    out = ([head] if head and not cut else []) + cut
+    return out[-n:] if n else []
 
 
 def log_file(path: Path) -> Path | None:

@@ -2,7 +2,9 @@
 
 A page shows a few trajectories, so it reads only their lines: the index keeps, per line, its offset
 and the handful of fields the filters need, built in one streaming pass (never the whole file in
-memory) and extended, not rebuilt, when a live run appends to the file.
+memory) and extended, not rebuilt, when a live run appends to the file. A file rewritten since (a
+resumed run writes its step again; it may then be longer) is told apart from one appended to by its
+inode and the bytes the index last ended on, and indexed anew.
 """
 
 from __future__ import annotations
@@ -70,20 +72,30 @@ class SampleIndex:
         self.groups: dict[str, list[int]] = {}
         self._end = 0
         self._size = -1
+        self._ino = -1
+        self._tail = b""  # the last bytes indexed: still there unless the file was rewritten
         self._lock = threading.Lock()
 
     def refresh(self) -> SampleIndex:
         with self._lock:
             try:
-                size = self.path.stat().st_size
+                st = self.path.stat()
             except OSError:
                 return self
-            if size < self._end:  # rewritten (a resumed run): start over
-                self.entries, self.groups, self._end = [], {}, 0
-            if size != self._size:
+            if st.st_ino != self._ino or st.st_size < self._end or not self._still_there():
+                self.entries, self.groups, self._end, self._size, self._tail = [], {}, 0, -1, b""
+                self._ino = st.st_ino
+            if st.st_size != self._size:
                 self._scan()
-                self._size = size
+                self._size = st.st_size
         return self
+
+    def _still_there(self) -> bool:
+        if not self._tail:
+            return True
+        with self.path.open("rb") as f:
+            f.seek(self._end - len(self._tail))
+            return f.read(len(self._tail)) == self._tail
 
     def _scan(self) -> None:
         with self.path.open("rb") as f:
@@ -100,6 +112,7 @@ class SampleIndex:
                     self.groups.setdefault(str(rec.get("row_id", rec.get("id", ""))), []).append(len(self.entries))
                     self.entries.append(Entry.of(offset, len(line), rec))
                 offset += len(line)
+                self._tail = line[-64:]
             self._end = offset
 
     def read(self, i: int) -> dict[str, Any]:
@@ -108,6 +121,19 @@ class SampleIndex:
         with self.path.open("rb") as f:
             f.seek(e.offset)
             return json.loads(f.read(e.length))
+
+    def raw(self, i: int, chunk: int = 1 << 20) -> Iterator[bytes]:
+        """Entry ``i``'s line as stored, in chunks (a line may be hundreds of megabytes)."""
+        e = self.entries[i]
+        with self.path.open("rb") as f:
+            f.seek(e.offset)
+            left = e.length
+            while left > 0:
+                data = f.read(min(chunk, left))
+                if not data:
+                    return
+                left -= len(data)
+                yield data
 
     def filter(
         self,
