@@ -57,13 +57,14 @@ def _open_index(
     retriever: str = "bm25",
     encoder: str | None = None,
     index_kind: str = "flat",
+    rebuild: bool = False,
 ):
     from rlf_deepsearch.index import IndexParams
     from rlf_deepsearch.search import open_local
 
     params = IndexParams(k1=k1, b=b, stemmer=None if stemmer.lower() == "none" else stemmer)
     start = time.perf_counter()
-    index = open_local(corpus, retriever, index_dir, params, encoder, index_kind)  # type: ignore[arg-type]
+    index = open_local(corpus, retriever, index_dir, params, encoder, index_kind, rebuild)  # type: ignore[arg-type]
     click.echo(
         f"rlf-deepsearch: {len(index)} passages indexed ({retriever}), ready in {time.perf_counter() - start:.1f} s",
         err=True,
@@ -149,6 +150,7 @@ def serve(
 @_stemmer
 @_k1
 @_b
+@click.option("--rebuild", is_flag=True, help="Build the index anew, replacing a cached one (e.g. a damaged one).")
 def index(
     corpus: Path,
     index_dir: Path | None,
@@ -158,9 +160,10 @@ def index(
     stemmer: str,
     k1: float,
     b: float,
+    rebuild: bool,
 ) -> None:
     """Build (or check) the cached index of a corpus, e.g. once before many workers start."""
-    _open_index(corpus, index_dir, stemmer, k1, b, retriever, encoder, index_kind)
+    _open_index(corpus, index_dir, stemmer, k1, b, retriever, encoder, index_kind, rebuild)
 
 
 @cli.command()

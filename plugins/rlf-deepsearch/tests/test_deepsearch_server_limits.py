@@ -3,6 +3,7 @@ none able to make the server read without end, build an unbounded answer or hold
 
 from __future__ import annotations
 
+import http.client
 import json
 import socket
 import threading
@@ -73,6 +74,44 @@ def test_bad_content_length_is_refused_and_the_connection_closed(make_server, le
 def test_missing_content_length_is_refused(make_server):
     out = raw(make_server(), b"POST /retrieve HTTP/1.1\r\nHost: x\r\n\r\n")
     assert out.startswith(b"HTTP/1.1 400") and b"Content-Length is missing" in out
+
+
+NESTED = b'{"queries": ' + b"[" * 500 + b'"q"' + b"]" * 500 + b"}"  # deep, but within the parser's limit
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        (b'{"queries": ["a"', "the body is not JSON: Expecting"),
+        (b"[" * 100_000, "the body nests too deep to parse"),
+        (NESTED, "'queries' must be a list of strings, item 0 is a list of 1 items"),
+        (b'{"queries": ["caf\xe9"]}', "the body is not UTF-8: byte 17 is b'\\xe9'"),
+        (b'{"queries": ["\xff\xfe"]}', "the body is not UTF-8: byte 14"),
+        (b'{"queries": ["\\ud800"]}', "query 0 holds a lone surrogate"),
+        (b'{"queries": ["a"], "topk": ' + b"9" * 5000 + b"}", "the body is not usable JSON: Exceeds the limit"),
+        (b'{"queries": [1, 2]}', "'queries' must be a list of strings, item 0 is 1"),
+        (b'{"queries": {"a": 1}}', "'queries' must be a list of strings, got an object of 1 items"),
+        (b'{"queries": ["a"], "topk": "3"}', "'topk' must be an integer from 1 to 1000, got the string \"3\""),
+        (b'{"queries": ["a"], "topk": []}', "'topk' must be an integer from 1 to 1000, got a list of 0 items"),
+        (b'{"queries": ["a"], "topk": 2.5}', "'topk' must be an integer from 1 to 1000, got 2.5"),
+        (b'{"queries": ["a"], "topk": true}', "'topk' must be an integer from 1 to 1000, got true"),
+        (b'{"queries": ["a"], "return_scores": 1}', "'return_scores' must be true or false, got 1"),
+        (b'"queries"', "the body must be an object"),
+    ],
+)
+def test_malformed_bodies_get_400_with_a_json_error_and_the_connection_stays(make_server, body, message):
+    srv = make_server()
+    conn = http.client.HTTPConnection(*srv.server_address[:2], timeout=5)
+    try:
+        conn.request("POST", "/retrieve", body, {"Content-Type": "application/json"})
+        response = conn.getresponse()  # before: RemoteDisconnected, the server dropped the connection
+        assert response.status == 400 and response.getheader("Content-Type") == "application/json"
+        assert message in json.loads(response.read())["error"]
+        conn.request("POST", "/retrieve", json.dumps({"queries": ["q"], "topk": 0}))  # 0: the default topk
+        again = conn.getresponse()
+        assert again.status == 200 and [len(r) for r in json.loads(again.read())["result"]] == [3]
+    finally:
+        conn.close()
 
 
 def test_requests_and_answers_are_bounded(make_server):
