@@ -62,6 +62,8 @@ class TrainRequest:
     """Continue the run in ``run_dir`` (:meth:`Backend.resume`) rather than start one."""
     resume_from: Path | None = None
     """A checkpoint to resume from instead of the run's last one."""
+    allow_config_change: bool = False
+    """Resume even where the config changes what the run's record means (``--allow-config-change``)."""
     cluster: ClusterOptions = field(default_factory=ClusterOptions)
 
 

@@ -66,6 +66,13 @@ class _Bar:
         self.progress.update(self.tasks[phase], completed=m["step"], info=info)
 
 
+class _RunFolderRefused(click.ClickException):
+    """The run folder cannot be used as asked (held by another process, another run, a changed config):
+    a usage mistake, so exit code 2 like a config error."""
+
+    exit_code = 2
+
+
 class _TrainCommand(click.Command):
     """Keeps what follows ``--`` apart: raw verl overrides, passed to verl untouched."""
 
@@ -101,6 +108,12 @@ See docs/verl.md."""
     help="Continue the run in --run-dir from this checkpoint (RUN/checkpoints/step_N), not the last one.",
 )
 @click.option(
+    "--allow-config-change",
+    is_flag=True,
+    help="With --resume: continue even where the config differs from the run's config.yaml in settings that "
+    "change what its steps mean (model, data, rollout.n, seed, algorithm); they are listed otherwise, and refused.",
+)
+@click.option(
     "--backend",
     type=click.Choice(list(BACKENDS)),
     default="local",
@@ -134,6 +147,7 @@ def train(
     run_dir: str | None,
     resume: bool,
     resume_from: str | None,
+    allow_config_change: bool,
     backend: str,
     dry_run: bool,
     gpus_per_node: int,
@@ -146,10 +160,13 @@ def train(
     checkpoints, a reward curve and a summary to the run folder; or on a cluster with verl."""
     from rlfcore.backends import get_backend
     from rlfcore.backends.base import BackendError, ClusterOptions, TrainRequest
+    from rlfcore.backends.local.lock import RunDirError
 
     resume = resume or bool(resume_from)
     if resume and not run_dir:
         raise click.UsageError("--resume needs --run-dir: the run to continue")
+    if allow_config_change and not resume:
+        raise click.UsageError("--allow-config-change is for --resume: a new run has no recorded config to differ from")
     cluster = ClusterOptions(gpus_per_node, nodes, ray_address, rollout, tensor_parallel)
     request = TrainRequest(
         config_path,
@@ -158,6 +175,7 @@ def train(
         ctx.meta.get("raw_overrides", []),
         resume,
         Path(resume_from) if resume_from else None,
+        allow_config_change,
         cluster,
     )
     chosen = get_backend(backend)
@@ -165,12 +183,15 @@ def train(
         job = chosen.prepare(request)
     except BackendError as exc:
         raise click.UsageError(str(exc)) from None
-    if dry_run:
-        outcome = chosen.dry_run(job, click.echo)
-    else:
-        click.echo(f"Run folder: {request.run_dir}")
-        with _Bar(job.config) as bar:
-            outcome = (chosen.resume if resume else chosen.run)(job, bar)
+    try:
+        if dry_run:
+            outcome = chosen.dry_run(job, click.echo)
+        else:
+            click.echo(f"Run folder: {request.run_dir}")
+            with _Bar(job.config) as bar:
+                outcome = (chosen.resume if resume else chosen.run)(job, bar)
+    except RunDirError as exc:
+        raise _RunFolderRefused(str(exc)) from None
     if outcome.summary is not None:
         _summary(outcome.summary, request.run_dir)
     ctx.exit(outcome.exit_code)
@@ -184,13 +205,16 @@ def train(
 )
 def sft(config_path: str, overrides: tuple[str, ...], run_dir: str | None) -> None:
     """Supervised warm start on sft.data (JSONL of conversations), loss on assistant tokens only."""
-    from rlfcore.backends.local.run import sft_only
+    from rlfcore.backends.local.run import RunDirError, sft_only
     from rlfcore.config import load_config
 
     config, manager = load_config(config_path, list(overrides))
     path = _run_path(config_path, run_dir)
-    with _Bar(config) as bar:
-        result = sft_only(config, manager, path, progress=bar)
+    try:
+        with _Bar(config) as bar:
+            result = sft_only(config, manager, path, progress=bar)
+    except RunDirError as exc:
+        raise _RunFolderRefused(str(exc)) from None
     click.echo(
         f"SFT: {result['steps']} steps, loss {result['loss_first']:.3f} -> {result['loss_last']:.3f} "
         f"in {result['seconds']:.0f} s; model in {result['model']}"

@@ -39,7 +39,9 @@ class LocalBackend(Backend):
         from rlfcore.backends.local.run import train
 
         request = job.request
-        summary = train(job.config, job.manager, request.run_dir, True, progress, request.resume_from)
+        summary = train(
+            job.config, job.manager, request.run_dir, True, progress, request.resume_from, request.allow_config_change
+        )
         return Outcome(summary=summary)
 
     def dry_run(self, job: TrainJob, echo: Callable[[str], None] = print) -> Outcome:
@@ -47,6 +49,7 @@ class LocalBackend(Backend):
         config, and start nothing (no plugin set-up, no model load)."""
         import yaml
 
+        from rlfcore.backends.local.resume import check_resume_config
         from rlfcore.backends.local.run import check_model, check_run_dir
         from rlfcore.data import read_rows
 
@@ -56,6 +59,8 @@ class LocalBackend(Backend):
         rows = read_rows(config.path(config.data.train))
         check_model(config, config.base_dir)
         check_run_dir(job.request.run_dir, job.request.resume)
+        if job.request.resume:
+            check_resume_config(job.request.run_dir, config, job.request.allow_config_change)
         model = config.path(config.model.path or "")
         built = "" if (model / "config.json").exists() else " (built from model.init when the run starts)"
         t = config.trainer

@@ -15,7 +15,8 @@ from pathlib import Path
 
 
 class CheckpointError(RuntimeError):
-    """A checkpoint cannot be loaded; the message names the file and the intact checkpoint to use instead."""
+    """A checkpoint cannot be loaded (the message names the file and the intact checkpoint to use
+    instead) or saved (it names the checkpoint; no partial copy is left)."""
 
 
 def damage(checkpoint: Path) -> str | None:

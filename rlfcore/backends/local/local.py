@@ -140,12 +140,21 @@ class LocalTrainer:
         if getattr(self.model.config, "tie_word_embeddings", False):
             self.model.tie_weights()
         self.optimizer.load_state_dict(state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
+        self._continue_schedule(state["scheduler"]["last_epoch"])
         if self.reference is not None and "reference" in state:
             self.reference.load_state_dict(state["reference"])
         set_rng_state(state["rng"])
         self.step = state["step"]
         self.run_dir.truncate_metrics(self.step)
+
+    def _continue_schedule(self, done: int) -> None:
+        """The schedule of this config, ``done`` steps in: the optimizer's restored groups keep the
+        recorded learning rate and weight decay, which a resume may have changed (:mod:`.resume`)."""
+        for group in self.optimizer.param_groups:
+            group["initial_lr"] = self.cfg.lr
+            group["weight_decay"] = self.cfg.weight_decay
+        factor = schedule(self.cfg.lr_schedule, self.cfg.warmup_steps, self.cfg.steps)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, factor, last_epoch=done - 1)
 
     # --- training --------------------------------------------------------------------------------
 

@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from rlfcore.backends.base import Progress
+from rlfcore.backends.local.lock import RunDirError, RunLock
 from rlfcore.backends.local.model import ensure_model, load_policy, resolve, tool_schemas
+from rlfcore.backends.local.resume import check_resume_config, describe
 from rlfcore.backends.local.rundir import RunDir
 from rlfcore.config import RunConfig
 from rlfcore.data import read_rows
@@ -19,10 +22,6 @@ from rlfcore.engines.chat import refuse_chat_engine
 from rlfcore.paths import resolve_path
 from rlfcore.plugins import PluginManager
 from rlfcore.runtime import Runtime
-
-
-class RunDirError(ValueError):
-    """The run folder holds another run; resume it or choose another folder."""
 
 
 def check_run_dir(path: Path, resume: bool) -> None:
@@ -35,9 +34,31 @@ def check_run_dir(path: Path, resume: bool) -> None:
         raise RunDirError(f"{path} already holds a run: pass --resume to continue it, or choose another --run-dir")
 
 
-def open_run_dir(path: Path, resume: bool) -> RunDir:
-    check_run_dir(path, resume)
-    return RunDir(path)
+@contextmanager
+def open_run_dir(
+    path: Path, config: RunConfig, resume: bool = False, allow_config_change: bool = False
+) -> Iterator[RunDir]:
+    """The run folder, held by this process until the block ends (:class:`RunLock`), with ``config``
+    saved in it. Another process is refused, and so is a resume that changes the run's record, before
+    anything is written; then what a killed run left half-written goes: partial checkpoint folders, and
+    (resuming) a torn last line of the metrics."""
+    path.mkdir(parents=True, exist_ok=True)
+    with RunLock(path):
+        check_run_dir(path, resume)
+        notes = []
+        if resume and (changes := check_resume_config(path, config, allow_config_change)):
+            notes.append(("config", f"resuming {path} with a changed config: {describe(changes)}"))
+        run_dir = RunDir(path)
+        notes += [
+            (str(p), f"removed {p}, a checkpoint a stopped run did not finish saving")
+            for p in run_dir.clear_partial_checkpoints()
+        ]
+        if resume:
+            dropped = (run_dir.drop_torn_line(file) for file in ("metrics.jsonl", "sft_metrics.jsonl"))
+            notes += [(note, note) for note in dropped if note is not None]
+        Advisor()(notes)
+        run_dir.save_config(config)
+        yield run_dir
 
 
 def check_model(config: RunConfig, base: Path) -> None:
@@ -62,9 +83,11 @@ def train(
     resume: bool = False,
     progress: Progress | None = None,
     resume_from: Path | None = None,
+    allow_config_change: bool = False,
 ) -> dict[str, Any]:
     """SFT warm start (when ``sft.data`` is set), then GRPO; returns the run's summary. ``resume``
-    continues from the last checkpoint, ``resume_from`` from the one named (an earlier, intact one)."""
+    continues from the last checkpoint, ``resume_from`` from the one named (an earlier, intact one);
+    either refuses a config that changes the run's record unless ``allow_config_change``."""
     import torch
 
     from rlfcore.backends.local.local import LocalTrainer
@@ -82,46 +105,46 @@ def train(
             f"--resume-from {resume_from}: not a checkpoint (it has no trainer.pt); they are in RUN/checkpoints/step_N"
         )
     resume = resume or resume_from is not None
-    run_dir = open_run_dir(run_path, resume)
-    run_dir.save_config(config)
-    Advisor()(config_warnings(config, training=True))
-    torch.manual_seed(config.seed)
-    runtime = Runtime.open(config, manager)  # one event loop for set-up, every step and shutdown
-    try:
-        run_dir.open_trackers(config)
-        model_path = ensure_model(config, base, tool_schemas(runtime))
-
-        grpo_ckpt = resume_from or (run_dir.last_checkpoint("step_") if resume else None)
-        sft_ckpt = run_dir.checkpoints / "sft"
-        sft_s = 0.0
-        if grpo_ckpt is None and config.sft.data and config.sft.steps:
-            if resume and (sft_ckpt / "trainer.pt").exists():
-                model_path = sft_ckpt / "model"
-            else:
-                run_dir.truncate_metrics(0, "sft_metrics.jsonl")
-                model, hf_tok = load_policy(model_path, config.trainer.device, config.model.dtype)
-                t0 = time.perf_counter()
-                train_sft(model, hf_tok, runtime, resolve_path(config.sft.data, base), run_dir, _phase(progress, "sft"))
-                sft_s = time.perf_counter() - t0
-                run_dir.save_checkpoint("sft", model, hf_tok, {"step": config.sft.steps})
-                model_path = sft_ckpt / "model"
-        elif grpo_ckpt is not None and (sft_ckpt / "trainer.pt").exists():
-            model_path = sft_ckpt / "model"
-
-        model, hf_tok = load_policy(model_path, config.trainer.device, config.model.dtype)
+    with open_run_dir(run_path, config, resume, allow_config_change) as run_dir:
+        Advisor()(config_warnings(config, training=True))
         torch.manual_seed(config.seed)
-        trainer = LocalTrainer(runtime, model, hf_tok, rows, run_dir)
-        if grpo_ckpt is not None:
-            trainer.restore(grpo_ckpt)
-        t0 = time.perf_counter()
-        trainer.run(_phase(progress, "grpo"))
-        grpo_s = time.perf_counter() - t0
-    finally:
-        run_dir.close()  # trackers finish their runs, also when training stopped on an error
-        runtime.close()
-    summary = summarize(run_dir.metrics(), sft_s=sft_s, grpo_s=grpo_s, total_s=time.perf_counter() - start)
-    (run_dir.path / "summary.json").write_text(json.dumps(summary, indent=2))
-    run_dir.curve(f"{config.source.stem if config.source else 'run'}: reward per step")
+        runtime = Runtime.open(config, manager)  # one event loop for set-up, every step and shutdown
+        try:
+            run_dir.open_trackers(config)
+            model_path = ensure_model(config, base, tool_schemas(runtime))
+
+            grpo_ckpt = resume_from or (run_dir.last_checkpoint("step_") if resume else None)
+            sft_ckpt = run_dir.checkpoints / "sft"
+            sft_s = 0.0
+            if grpo_ckpt is None and config.sft.data and config.sft.steps:
+                if resume and (sft_ckpt / "trainer.pt").exists():
+                    model_path = sft_ckpt / "model"
+                else:
+                    run_dir.truncate_metrics(0, "sft_metrics.jsonl")
+                    model, hf_tok = load_policy(model_path, config.trainer.device, config.model.dtype)
+                    t0 = time.perf_counter()
+                    sft_data = resolve_path(config.sft.data, base)
+                    train_sft(model, hf_tok, runtime, sft_data, run_dir, _phase(progress, "sft"))
+                    sft_s = time.perf_counter() - t0
+                    run_dir.save_checkpoint("sft", model, hf_tok, {"step": config.sft.steps})
+                    model_path = sft_ckpt / "model"
+            elif grpo_ckpt is not None and (sft_ckpt / "trainer.pt").exists():
+                model_path = sft_ckpt / "model"
+
+            model, hf_tok = load_policy(model_path, config.trainer.device, config.model.dtype)
+            torch.manual_seed(config.seed)
+            trainer = LocalTrainer(runtime, model, hf_tok, rows, run_dir)
+            if grpo_ckpt is not None:
+                trainer.restore(grpo_ckpt)
+            t0 = time.perf_counter()
+            trainer.run(_phase(progress, "grpo"))
+            grpo_s = time.perf_counter() - t0
+        finally:
+            run_dir.close()  # trackers finish their runs, also when training stopped on an error
+            runtime.close()
+        summary = summarize(run_dir.metrics(), sft_s=sft_s, grpo_s=grpo_s, total_s=time.perf_counter() - start)
+        (run_dir.path / "summary.json").write_text(json.dumps(summary, indent=2))
+        run_dir.curve(f"{config.source.stem if config.source else 'run'}: reward per step")
     return summary
 
 
@@ -135,22 +158,21 @@ def sft_only(
     if not config.sft.data:
         raise ValueError("the config names no SFT data: set sft.data (JSONL of conversations)")
     check_model(config, base)
-    run_dir = open_run_dir(run_path, resume=False)
-    run_dir.save_config(config)
-    runtime = Runtime.open(config, manager)
-    try:
-        run_dir.open_trackers(config)
-        model, hf_tok = load_policy(
-            ensure_model(config, base, tool_schemas(runtime)), config.trainer.device, config.model.dtype
-        )
-        t0 = time.perf_counter()
-        history = train_sft(
-            model, hf_tok, runtime, resolve_path(config.sft.data, base), run_dir, _phase(progress, "sft")
-        )
-    finally:
-        run_dir.close()
-        runtime.close()
-    path = run_dir.save_checkpoint("sft", model, hf_tok, {"step": config.sft.steps})
+    with open_run_dir(run_path, config) as run_dir:
+        runtime = Runtime.open(config, manager)
+        try:
+            run_dir.open_trackers(config)
+            model, hf_tok = load_policy(
+                ensure_model(config, base, tool_schemas(runtime)), config.trainer.device, config.model.dtype
+            )
+            t0 = time.perf_counter()
+            history = train_sft(
+                model, hf_tok, runtime, resolve_path(config.sft.data, base), run_dir, _phase(progress, "sft")
+            )
+        finally:
+            run_dir.close()
+            runtime.close()
+        path = run_dir.save_checkpoint("sft", model, hf_tok, {"step": config.sft.steps})
     return {
         "steps": len(history),
         "loss_first": history[0]["loss"],

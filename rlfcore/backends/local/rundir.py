@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from rlfcore.backends.local.checkpoint import CheckpointError
+from rlfcore.backends.local.lock import RunDirError
 from rlfcore.config import RunConfig
 from rlfcore.surrogates import json_line
 from rlfcore.trackers import Trackers
@@ -41,7 +44,34 @@ class RunDir:
 
     def metrics(self, file: str = "metrics.jsonl") -> list[dict[str, Any]]:
         path = self.path / file
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+        if not path.exists():
+            return []
+        out = []
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            if line.strip():
+                try:
+                    out.append(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    raise RunDirError(f"{path}, line {number}: not a JSON line ({exc}); remove or mend it") from None
+        return out
+
+    def drop_torn_line(self, file: str = "metrics.jsonl") -> str | None:
+        """Cut a last line a killed process left half-written, so lines appended later stand on their own;
+        what was dropped, or ``None``. A whole last line that only lacks its newline gets one."""
+        path = self.path / file
+        data = path.read_bytes() if path.exists() else b""
+        if not data or data.endswith(b"\n"):
+            return None
+        keep = data.rfind(b"\n") + 1
+        try:
+            json.loads(data[keep:])
+        except ValueError:
+            with path.open("r+b") as f:
+                f.truncate(keep)
+            return f"{path}: dropped its last line, written only in part ({len(data) - keep} bytes)"
+        with path.open("ab") as f:
+            f.write(b"\n")
+        return None
 
     def truncate_metrics(self, after_step: int, file: str = "metrics.jsonl") -> None:
         """Drop lines past a checkpoint: a resumed run writes them again."""
@@ -62,17 +92,31 @@ class RunDir:
         final = self.checkpoints / name
         tmp = self.checkpoints / f".{name}.tmp"
         tmp.mkdir(parents=True, exist_ok=True)
-        model.save_pretrained(tmp / "model")
-        if tokenizer is not None:
-            tokenizer.save_pretrained(tmp / "model")
-        state = {"rng": rng_state(), **state}  # a caller may pass the state a finished step left
-        torch.save(state, tmp / "trainer.pt")
+        try:
+            model.save_pretrained(tmp / "model")
+            if tokenizer is not None:
+                tokenizer.save_pretrained(tmp / "model")
+            state = {"rng": rng_state(), **state}  # a caller may pass the state a finished step left
+            torch.save(state, tmp / "trainer.pt")
+        except BaseException as exc:
+            shutil.rmtree(tmp, ignore_errors=True)  # a full disk must not leave a partial copy behind
+            if isinstance(exc, Exception):
+                raise CheckpointError(
+                    f"could not save the checkpoint {final} ({type(exc).__name__}: {exc}); its partial copy was removed"
+                ) from exc
+            raise
         if final.exists():
-            import shutil
-
             shutil.rmtree(final)
         tmp.rename(final)
         return final
+
+    def clear_partial_checkpoints(self) -> list[Path]:
+        """Remove the ``.NAME.tmp`` folders of saves a killed process did not finish; the ones removed.
+        Only safe while this process holds the folder (:class:`~rlfcore.backends.local.lock.RunLock`)."""
+        partial = sorted(p for p in self.checkpoints.glob(".*.tmp") if p.is_dir())
+        for p in partial:
+            shutil.rmtree(p)
+        return partial
 
     def last_checkpoint(self, prefix: str = "step_") -> Path | None:
         found = self.step_checkpoints(prefix)
