@@ -141,7 +141,14 @@ class EngineConfig(_Section):
         description="For `openai-chat`: tool calls in the API's `tools` field (`api`), or as text in `rollout.parser`'s format (`text`).",
     )
     api_key: str | None = None
-    timeout_s: float = Field(600.0, gt=0)
+    timeout_s: float = Field(
+        600.0,
+        gt=0,
+        description="For `openai` and `openai-chat`: seconds one generation may take in all, retries and their waits included.",
+    )
+    max_response_bytes: int = Field(
+        64 * 2**20, ge=1024, description="For `openai` and `openai-chat`: the longest answer read, in bytes."
+    )
     max_batch_size: int = Field(32, ge=1, description="For `transformers`: prompts generated together.")
     device: str = Field("auto", description="For `transformers`: cpu, cuda, or auto.")
     threads: int | None = Field(

@@ -18,7 +18,8 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
-from rlfcore.engines.openai import EngineError, JSONEndpoint, _snippet, optional_sampling
+from rlfcore.engines.answers import EngineError, first_choice, loads, snippet, typed
+from rlfcore.engines.openai import JSONEndpoint, optional_sampling
 
 if TYPE_CHECKING:
     from rlfcore.config import EngineConfig, RunConfig
@@ -119,6 +120,7 @@ class ChatEngine(JSONEndpoint):
         max_retries: int = 3,
         backoff_s: float = 0.5,
         max_connections: int = 256,
+        max_response_bytes: int = 64 * 2**20,
         extra_body: dict[str, Any] | None = None,
     ):
         if tools == "text" and parser not in TEXT_FORMATS:
@@ -133,6 +135,7 @@ class ChatEngine(JSONEndpoint):
             max_retries=max_retries,
             backoff_s=backoff_s,
             max_connections=max_connections,
+            max_response_bytes=max_response_bytes,
         )
         self.model = model
         self.tools = tools
@@ -144,7 +147,13 @@ class ChatEngine(JSONEndpoint):
         if not cfg.base_url:
             raise ValueError("engine 'openai-chat' needs engine.base_url: the API's URL, ending in /v1")
         return cls(
-            cfg.base_url, cfg.model, tools=cfg.chat_tools, parser=parser, api_key=cfg.api_key, timeout_s=cfg.timeout_s
+            cfg.base_url,
+            cfg.model,
+            tools=cfg.chat_tools,
+            parser=parser,
+            api_key=cfg.api_key,
+            timeout_s=cfg.timeout_s,
+            max_response_bytes=cfg.max_response_bytes,
         )
 
     # --- messages ----------------------------------------------------------------------------------
@@ -226,27 +235,33 @@ class ChatEngine(JSONEndpoint):
     ) -> ChatReply:
         """One assistant turn after ``messages`` (already in the API's form: :meth:`prompt`, :meth:`observation`)."""
         data = await self._post(self.request_body(messages, schemas, params), request_id)
-        try:
-            choice = data["choices"][0]
-            message = choice["message"]
-        except (KeyError, IndexError, TypeError):
-            raise EngineError(f"{self.url}: the answer has no choices[0].message: {_snippet(data)}") from None
+        url = self.url
+        choice = first_choice(data, url)
+        if "message" not in choice:
+            raise EngineError(f"{url}: the answer has no choices[0].message: {snippet(data)}")
+        message = typed(choice["message"], (dict,), "choices[0].message", url)
         finish = _FINISH.get(choice.get("finish_reason"))
         if finish is None:
             raise EngineError(
-                f"{self.url}: unexpected finish_reason {choice.get('finish_reason')!r} (expected stop, length or tool_calls)"
+                f"{url}: unexpected finish_reason {choice.get('finish_reason')!r} (expected stop, length or tool_calls)"
             )
-        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
-        calls = [_call(c, i) for i, c in enumerate(message.get("tool_calls") or [])] if self.format is None else []
-        sent_back: dict[str, Any] = {"role": "assistant", "content": message.get("content") or ""}
+        nullable_text = (str, type(None))
+        content = typed(message.get("content"), nullable_text, "choices[0].message.content", url) or ""
+        raw_calls = typed(message.get("tool_calls"), (list, type(None)), "choices[0].message.tool_calls", url) or []
+        reasoning = typed(message.get("reasoning_content"), nullable_text, "choices[0].message.reasoning_content", url)
+        reasoning = reasoning or typed(message.get("reasoning"), nullable_text, "choices[0].message.reasoning", url)
+        usage = typed(data.get("usage"), (dict, type(None)), "usage", url) or {}
+        completion_tokens = typed(usage.get("completion_tokens"), (int, type(None)), "usage.completion_tokens", url)
+        calls = [_call(c, i) for i, c in enumerate(raw_calls)] if self.format is None else []
+        sent_back: dict[str, Any] = {"role": "assistant", "content": content}
         if calls:
-            sent_back["tool_calls"] = message["tool_calls"]
+            sent_back["tool_calls"] = raw_calls
         return ChatReply(
-            content=message.get("content") or "",
+            content=content,
             finish_reason=finish,
             tool_calls=calls,
-            reasoning=message.get("reasoning_content") or message.get("reasoning"),
-            completion_tokens=int(usage.get("completion_tokens") or 0),
+            reasoning=reasoning,
+            completion_tokens=completion_tokens or 0,
             message=sent_back,
         )
 
@@ -264,12 +279,13 @@ def _call(raw: Any, index: int) -> ToolCall:
     from rlfcore.types import ToolCall
 
     function = raw.get("function") if isinstance(raw, dict) else None
-    call_id = (raw.get("id") if isinstance(raw, dict) else None) or f"call_{index}"
+    given_id = raw.get("id") if isinstance(raw, dict) else None
+    call_id = given_id if isinstance(given_id, str) and given_id else f"call_{index}"
     if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-        return ToolCall(name="", arguments={}, id=call_id, raw=_snippet(raw), error="the call names no function")
+        return ToolCall(name="", arguments={}, id=call_id, raw=snippet(raw), error="the call names no function")
     text = function.get("arguments")
     try:
-        arguments = json.loads(text) if isinstance(text, str) else text if text is not None else {}
+        arguments = loads(text) if isinstance(text, str) else text if text is not None else {}
     except ValueError as exc:
         return ToolCall(
             name=function["name"], arguments={}, id=call_id, raw=str(text), error=f"arguments are not JSON: {exc}"

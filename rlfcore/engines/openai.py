@@ -10,8 +10,20 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any
 
+import anyio
 import httpx
 
+from rlfcore.engines.answers import (
+    ERROR_BODY_BYTES,
+    EngineError,
+    first_choice,
+    loads,
+    read_upto,
+    retry_after_s,
+    shown,
+    snippet,
+    typed,
+)
 from rlfcore.engines.base import Engine, Generation, SamplingParams
 
 if TYPE_CHECKING:
@@ -21,17 +33,17 @@ if TYPE_CHECKING:
 _ID_PREFIX = "token_id:"
 
 
-class EngineError(RuntimeError):
-    """A generation request failed for good: the message names the URL and what the server said."""
-
-
 class JSONEndpoint:
     """One OpenAI-compatible route: a pooled client per event loop and a POST that retries what may pass.
 
-    Connection errors, HTTP 429 and 5xx are retried ``max_retries`` times with exponential backoff
-    (``backoff_s``, doubled each time); other HTTP errors fail at once. A server that has not answered
-    within ``timeout_s`` is not retried (it is most likely still busy with the request). Every failure
-    is an :class:`EngineError` naming the URL and what the server said.
+    A call answers within ``timeout_s`` in all (connecting, every attempt, the waits between them and
+    reading the answer), or fails; a server that has not answered by then is not retried (it is most
+    likely still busy with the request). Connection errors, HTTP 429 and 5xx are retried
+    ``max_retries`` times, after the wait the server's ``Retry-After`` asks for, else with exponential
+    backoff (``backoff_s``, doubled each time); a wait that would end past the deadline fails at once.
+    Other HTTP errors fail at once. An answer longer than ``max_response_bytes`` is not read further;
+    of an error answer only its first bytes are read, for the message. Every failure is an
+    :class:`EngineError` naming the URL and what the server said.
     """
 
     def __init__(
@@ -43,6 +55,7 @@ class JSONEndpoint:
         max_retries: int = 3,
         backoff_s: float = 0.5,
         max_connections: int = 256,
+        max_response_bytes: int = 64 * 2**20,
     ):
         self.url = url
         self.api_key = api_key
@@ -50,6 +63,7 @@ class JSONEndpoint:
         self.max_retries = max_retries
         self.backoff_s = backoff_s
         self.max_connections = max_connections
+        self.max_response_bytes = max_response_bytes
         self._client: httpx.AsyncClient | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -75,30 +89,60 @@ class JSONEndpoint:
         return self._client
 
     async def _post(self, body: dict[str, Any], request_id: str) -> Any:
+        timed_out = f"{self.url}: no answer within {self.timeout_s:g}s (timed out) for request {request_id!r}"
+        try:
+            with anyio.fail_after(self.timeout_s) as deadline:
+                return await self._attempts(body, deadline)
+        except (TimeoutError, httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout):
+            raise EngineError(timed_out) from None
+
+    async def _attempts(self, body: dict[str, Any], deadline: anyio.CancelScope) -> Any:
         client = self._client_for_loop()
         attempts = self.max_retries + 1
         problem = ""
+        wait = 0.0
         for attempt in range(attempts):
             if attempt:
-                await asyncio.sleep(self.backoff_s * 2 ** (attempt - 1))
+                left = deadline.deadline - anyio.current_time()
+                if wait >= left:
+                    raise EngineError(
+                        f"{self.url}: gave up after attempt {attempt}: the next could start only in {wait:.3g}s, "
+                        f"and {max(left, 0):.3g}s of engine.timeout_s ({self.timeout_s:g}s) are left; last: {problem}"
+                    )
+                await anyio.sleep(wait)
+            wait = self.backoff_s * 2**attempt
             try:
-                response = await client.post(self.url, json=body)
+                async with client.stream("POST", self.url, json=body) as response:
+                    if response.status_code == 200:
+                        return await self._read_json(response)
+                    text, _ = await read_upto(response, ERROR_BODY_BYTES)
             except (httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout):
-                raise EngineError(
-                    f"{self.url}: no answer within {self.timeout_s:g}s (timed out) for request {request_id!r}"
-                ) from None
+                raise
             except httpx.TransportError as exc:
                 problem = f"{type(exc).__name__}: {exc}"
                 continue
-            if response.status_code == 200:
-                try:
-                    return response.json()
-                except ValueError:
-                    raise EngineError(f"{self.url}: the answer is not JSON: {_snippet(response.text)}") from None
-            problem = f"HTTP {response.status_code}: {_snippet(response.text)}"
+            problem = f"HTTP {response.status_code}: {snippet(text.decode(errors='replace'))}"
             if response.status_code != 429 and response.status_code < 500:
                 raise EngineError(f"{self.url}: {problem}")
+            asked = retry_after_s(response.headers.get("Retry-After"))
+            if asked is not None:
+                wait = asked
+                problem += f" (Retry-After: {asked:.3g}s)"
         raise EngineError(f"{self.url}: failed after {attempts} attempts; last: {problem}")
+
+    async def _read_json(self, response: httpx.Response) -> Any:
+        data, more = await read_upto(response, self.max_response_bytes)
+        if more:
+            raise EngineError(
+                f"{self.url}: the answer is longer than engine.max_response_bytes ({self.max_response_bytes} bytes); "
+                "the rest was not read"
+            )
+        try:
+            return loads(data)
+        except ValueError as exc:
+            raise EngineError(
+                f"{self.url}: the answer is not JSON ({exc}): {snippet(data.decode(errors='replace'))}"
+            ) from None
 
 
 class OpenAIEngine(JSONEndpoint, Engine):
@@ -135,6 +179,7 @@ class OpenAIEngine(JSONEndpoint, Engine):
         backoff_s: float = 0.5,
         tokenizer: ChatTokenizer | None = None,
         max_connections: int = 256,
+        max_response_bytes: int = 64 * 2**20,
         extra_body: dict[str, Any] | None = None,
     ):
         super().__init__(
@@ -144,6 +189,7 @@ class OpenAIEngine(JSONEndpoint, Engine):
             max_retries=max_retries,
             backoff_s=backoff_s,
             max_connections=max_connections,
+            max_response_bytes=max_response_bytes,
         )
         self.model = model
         self.tokenizer = tokenizer
@@ -153,7 +199,14 @@ class OpenAIEngine(JSONEndpoint, Engine):
     def from_config(cls, cfg: EngineConfig, tokenizer: ChatTokenizer | None = None) -> OpenAIEngine:
         if not cfg.base_url:
             raise ValueError("engine 'openai' needs engine.base_url: the server's URL, ending in /v1")
-        return cls(cfg.base_url, cfg.model, api_key=cfg.api_key, timeout_s=cfg.timeout_s, tokenizer=tokenizer)
+        return cls(
+            cfg.base_url,
+            cfg.model,
+            api_key=cfg.api_key,
+            timeout_s=cfg.timeout_s,
+            max_response_bytes=cfg.max_response_bytes,
+            tokenizer=tokenizer,
+        )
 
     def request_body(self, prompt_ids: list[int], params: SamplingParams) -> dict[str, Any]:
         """The JSON sent for one generation: OpenAI fields plus the vLLM/SGLang extensions it needs."""
@@ -178,11 +231,7 @@ class OpenAIEngine(JSONEndpoint, Engine):
 
     async def generate(self, prompt_ids: list[int], params: SamplingParams, request_id: str = "") -> Generation:
         data = await self._post(self.request_body(prompt_ids, params), request_id)
-        try:
-            choice = data["choices"][0]
-        except (KeyError, IndexError, TypeError):
-            raise EngineError(f"{self.url}: the answer has no choices[0]: {_snippet(data)}") from None
-        return parse_choice(choice, params, self.tokenizer, self.url)
+        return parse_choice(first_choice(data, self.url), params, self.tokenizer, self.url)
 
 
 def optional_sampling(params: SamplingParams) -> dict[str, Any]:
@@ -200,27 +249,36 @@ def optional_sampling(params: SamplingParams) -> dict[str, Any]:
 def parse_choice(
     choice: dict[str, Any], params: SamplingParams, tokenizer: ChatTokenizer | None = None, url: str = "server"
 ) -> Generation:
-    """The Generation in one completions choice (see :class:`OpenAIEngine` for where ids come from)."""
+    """The Generation in one completions choice (see :class:`OpenAIEngine` for where ids come from).
+
+    A field of the wrong type, or an id that is not a non-negative integer, is an :class:`EngineError`
+    naming it (``choices[0].logprobs.tokens[3]``).
+    """
     finish = choice.get("finish_reason")
     if finish not in ("stop", "length"):
         raise EngineError(f"{url}: unexpected finish_reason {finish!r} (expected 'stop' or 'length')")
-    lp = choice.get("logprobs") or {}
-    tokens = lp.get("tokens") or []
-    logprobs: list[float] | None = lp.get("token_logprobs")
+    lp = typed(choice.get("logprobs"), (dict, type(None)), "choices[0].logprobs", url) or {}
+    tokens = typed(lp.get("tokens"), (list, type(None)), "choices[0].logprobs.tokens", url) or []
+    raw_logprobs = typed(lp.get("token_logprobs"), (list, type(None)), "choices[0].logprobs.token_logprobs", url)
     if tokens and all(isinstance(t, str) and t.startswith(_ID_PREFIX) for t in tokens):
-        ids = [int(t[len(_ID_PREFIX) :]) for t in tokens]
-    elif isinstance(choice.get("token_ids"), list):
-        ids = [int(t) for t in choice["token_ids"]]
+        path = "choices[0].logprobs.tokens"
+        ids = [_token_id(t[len(_ID_PREFIX) :], f"{path}[{i}]", url, digits=True) for i, t in enumerate(tokens)]
+    elif choice.get("token_ids") is not None:
+        listed = typed(choice["token_ids"], (list,), "choices[0].token_ids", url)
+        ids = [_token_id(t, f"choices[0].token_ids[{i}]", url) for i, t in enumerate(listed)]
     elif tokenizer is not None:
-        ids = tokenizer.encode(choice.get("text") or "")
+        ids = tokenizer.encode(typed(choice.get("text"), (str, type(None)), "choices[0].text", url) or "")
     else:
         raise EngineError(
             f"{url}: the answer carries no token ids (neither logprobs.tokens as 'token_id:N' nor token_ids); "
             "give the engine a tokenizer to encode the text instead"
         )
-    if logprobs is not None and (len(logprobs) != len(ids) or any(x is None for x in logprobs)):
-        logprobs = None
-    logprobs = [float(x) for x in logprobs] if logprobs is not None else None
+    logprobs: list[float] | None = None
+    if raw_logprobs is not None:
+        path = "choices[0].logprobs.token_logprobs"
+        known = [typed(x, (int, float, type(None)), f"{path}[{i}]", url) for i, x in enumerate(raw_logprobs)]
+        if len(known) == len(ids) and all(x is not None for x in known):
+            logprobs = [float(x) for x in known]
     stop_string = next((s for s in (choice.get("stop_reason"), choice.get("matched_stop")) if isinstance(s, str)), None)
     if finish == "stop" and stop_string is None:
         named = next((s for s in (choice.get("stop_reason"), choice.get("matched_stop")) if _is_id(s)), None)
@@ -239,6 +297,10 @@ def _is_id(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _snippet(value: Any, limit: int = 300) -> str:
-    text = value if isinstance(value, str) else repr(value)
-    return text if len(text) <= limit else text[:limit] + "..."
+def _token_id(value: Any, path: str, url: str, *, digits: bool = False) -> int:
+    """A token id: a non-negative integer, or with ``digits`` the text after ``token_id:``; else names ``path``."""
+    if digits and isinstance(value, str) and value.isascii() and value.isdigit():
+        return int(value)
+    if not digits and _is_id(value) and value >= 0:
+        return int(value)
+    raise EngineError(f"{url}: {path} should be a token id (a non-negative integer), got {shown(value)}")

@@ -139,6 +139,7 @@ LOCAL_ONLY = {
     "engine.device": "verl's rollout servers run on the GPUs Ray gives them",
     "engine.threads": "verl's rollout servers run on the GPUs Ray gives them",
     "engine.timeout_s": "for the openai engine, which verl does not use",
+    "engine.max_response_bytes": "for the openai engine, which verl does not use",
     "engine.chat_tools": "for the openai-chat engine, which is for rlf eval only",
 }
 """Settings of the local engine that have nothing to act on under verl: a notice names each one set."""
