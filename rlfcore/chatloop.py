@@ -17,7 +17,7 @@ from typing import Any
 from rlfcore.context import TurnContext
 from rlfcore.engines.base import SamplingParams
 from rlfcore.engines.chat import ChatEngine, ChatReply
-from rlfcore.loop import Rollout, Trajectory, _assistant_message
+from rlfcore.loop import Rollout, Trajectory, _assistant_message, length_stop
 from rlfcore.runtime import Runtime
 from rlfcore.types import Message, ToolCall
 
@@ -57,7 +57,8 @@ class ChatRollout(Rollout):
             generated += reply.completion_tokens
             if reply.finish_reason == "length":
                 traj.messages.append(_message(reply, []))
-                traj.stop_reason, traj.truncated = "max_response_tokens", True
+                room = self.cfg.max_response_tokens - generated + reply.completion_tokens
+                traj.stop_reason, traj.truncated = length_stop(budget, -1, room), True
                 return False
             if self.chat_engine.format is None:
                 calls = reply.tool_calls

@@ -33,8 +33,23 @@ from rlfcore.sessions import TrajectorySessions
 from rlfcore.types import Message, ToolCall, ToolResult
 
 StopReason = Literal[
-    "answer", "no_tool_call", "unreadable_call", "max_turns", "max_total_tokens", "max_response_tokens", "error"
+    "answer",
+    "no_tool_call",
+    "unreadable_call",
+    "max_turns",
+    "max_tokens",
+    "max_total_tokens",
+    "max_response_tokens",
+    "error",
 ]
+
+
+def length_stop(budget: int, room_total: int, room_response: int) -> StopReason:
+    """Which limit a turn that generated its whole ``budget`` ran into: the trajectory's total or
+    response tokens, else the turn's own ``rollout.sampling.max_tokens``."""
+    if budget == room_total:
+        return "max_total_tokens"
+    return "max_response_tokens" if budget == room_response else "max_tokens"
 
 
 @dataclass
@@ -258,7 +273,7 @@ class Rollout:
             if gen.finish_reason == "length":
                 traj.messages.append({"role": "assistant", "content": text if inline is None else inline + text})
                 traj.truncated = True
-                traj.stop_reason = "max_total_tokens" if budget == room_total else "max_response_tokens"
+                traj.stop_reason = length_stop(budget, room_total, room_response)
                 return continued
             calls = await self.runtime.call_first("parse_tool_calls", traj.env, text=text, ctx=ctx) or []
             message = _assistant_message(text, calls, self.reasoning)

@@ -224,7 +224,14 @@ def test_stop_reasons_and_explicit_truncation():
     a, b, c = rollout(cfg, rows, script, {"calc": Calculator()})
     assert a.stop_reason == "max_turns" and a.num_turns == 3 and a.tool_calls == 2
     assert b.stop_reason == "no_tool_call" and not b.truncated
-    assert c.stop_reason == "max_response_tokens" and c.truncated and sum(c.response_mask) == 200
+    assert c.stop_reason == "max_tokens" and c.truncated and sum(c.response_mask) == 200  # the turn's own limit
+    [e] = rollout(
+        {**CONFIG, "rollout": {"max_response_tokens": 120, "sampling": {"max_tokens": 200}}},
+        [{"id": "e", "prompt": "x"}],
+        {"e": ["y" * 500]},
+        {"calc": Calculator()},
+    )
+    assert e.stop_reason == "max_response_tokens" and e.truncated and sum(e.response_mask) == 120
     [d] = rollout(
         {**CONFIG, "rollout": {"max_total_tokens": 50}},
         [{"id": "d", "prompt": "long " * 50}],
