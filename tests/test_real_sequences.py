@@ -1,5 +1,6 @@
-"""Token-exact sequences with the real Qwen3 (both revisions, thinking on and off), Qwen2.5 and
-Llama-3.1 tokenizers and chat templates (:mod:`rlfcore.realmodels`).
+"""Token-exact sequences with the real Qwen3 (both revisions, thinking on and off), Qwen2.5,
+Llama-3.1 and SmolLM2 tokenizers and chat templates (:mod:`rlfcore.realmodels`; SmolLM2's template
+is rlf's own, its model having none with tools).
 
 Many scripted trajectories per family run through the real loop; for each: no ``error`` stop, the
 loss mask is exactly the generated tokens, the template check finds nothing (or, where Qwen3's
@@ -75,6 +76,9 @@ CASES = {
     "qwen2.5": Case("qwen2.5", "hermes", "qwen2"),
     "qwen3-coder": Case("qwen3-coder", "qwen3-coder", "qwen3_moe"),
     "llama3.1": Case("llama3.1", "llama3-json", "llama", parallel=False),
+    # rlf's ChatML-with-tools template (rlfcore/models). Its config says model_type llama, for which verl
+    # picks its default builder, which leaves out ChatML's newline after <|im_end|>: the ChatML one is right.
+    "smollm2": Case("smollm2", "hermes", "qwen2"),
 }
 TRAJECTORIES = 12
 """Per family; the closing figures in docs/models.md count these."""

@@ -10,6 +10,7 @@ import click
 from rlfcore import __version__
 from rlfcore.cli.config import config
 from rlfcore.cli.eval import eval_command
+from rlfcore.cli.models import models
 from rlfcore.cli.plugins import plugins
 from rlfcore.cli.train import init_model, rescore, sft, train
 from rlfcore.cli.ui import ui
@@ -35,6 +36,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
 cli.add_command(plugins)
 cli.add_command(config)
 cli.add_command(eval_command)
+cli.add_command(models)
 for command in (train, sft, rescore, init_model, ui):
     cli.add_command(command)
 
