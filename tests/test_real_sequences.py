@@ -76,9 +76,9 @@ CASES = {
     "qwen2.5": Case("qwen2.5", "hermes", "qwen2"),
     "qwen3-coder": Case("qwen3-coder", "qwen3-coder", "qwen3_moe"),
     "llama3.1": Case("llama3.1", "llama3-json", "llama", parallel=False),
-    # rlf's ChatML-with-tools template (rlfcore/models). Its config says model_type llama, for which verl
-    # picks its default builder, which leaves out ChatML's newline after <|im_end|>: the ChatML one is right.
-    "smollm2": Case("smollm2", "hermes", "qwen2"),
+    # rlf's ChatML-with-tools template (rlfcore/models), on its real model_type: verl's default builder for
+    # llama drops ChatML's newline after <|im_end|>, and rlf's bridge (chatml_aware) takes Qwen's instead.
+    "smollm2": Case("smollm2", "hermes", "llama"),
 }
 TRAJECTORIES = 12
 """Per family; the closing figures in docs/models.md count these."""
@@ -158,11 +158,10 @@ def _roll(hf, case: Case, script: dict[str, list[str]], tokens=None, plugin=None
 def _verl_builder(hf, case: Case):
     from verl.utils.tokenizer.continuous_token_wiring import create_continuous_token_builder
 
-    from rlfcore.backends.verl.bridge import ContinuousTokens
+    from rlfcore.backends.verl.bridge import ContinuousTokens, chatml_aware
 
-    return ContinuousTokens(
-        create_continuous_token_builder(hf, hf_model_type=case.model_type, chat_template_kwargs=case.kwargs)
-    )
+    inferred = create_continuous_token_builder(hf, hf_model_type=case.model_type, chat_template_kwargs=case.kwargs)
+    return ContinuousTokens(chatml_aware(inferred, hf, case.kwargs))  # what RlfAgentLoop uses
 
 
 def _generated(tok, script: list[str], turns: int) -> list[int]:

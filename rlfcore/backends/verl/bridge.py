@@ -14,6 +14,11 @@ from typing import Any, Literal
 from uuid import uuid4
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
+from verl.utils.tokenizer.continuous_token_wiring import (
+    ContinuousTokenModelFamily,
+    create_continuous_token_builder,
+    get_continuous_token_builder_class,
+)
 
 from rlfcore.backends.verl import AGENT_NAME
 from rlfcore.backends.verl.convert import row_from_verl
@@ -118,6 +123,21 @@ class ContinuousTokens:
         return drop, list(merged.token_ids[len(tokens) - drop :])
 
 
+def chatml_aware(builder: Any, tokenizer: Any, chat_template_kwargs: dict[str, Any] | None = None) -> Any:
+    """verl's builder, or Qwen's ChatML builder where verl fell back to its default for a ChatML template.
+
+    verl picks the builder by ``config.json``'s ``model_type``; a ChatML model whose type verl does not
+    know (SmolLM2 says ``llama``) gets the default builder, which drops ChatML's newline after a
+    generated ``<|im_end|>``, so every tool turn's tokens would differ from the template's rendering.
+    """
+    default = get_continuous_token_builder_class(ContinuousTokenModelFamily.DEFAULT)
+    if type(builder) is not default or "<|im_start|>" not in str(getattr(tokenizer, "chat_template", None) or ""):
+        return builder
+    return create_continuous_token_builder(
+        tokenizer, model_family=ContinuousTokenModelFamily.QWEN, chat_template_kwargs=chat_template_kwargs or {}
+    )
+
+
 def trace_of(traj: Trajectory) -> dict[str, Any]:
     """What the reward function needs of a trajectory (messages, routing, counters, ground truth),
     with its token counts for rlf's per-sample records."""
@@ -144,7 +164,11 @@ class RlfAgentLoop(AgentLoopBase):
         runtime = await shared_runtime(config_path, overrides)
         tokenizer = HFChatTokenizer(self.tokenizer)
         engine = VerlServerEngine(self.server_manager, sampling_params)
-        rollout = Rollout(runtime, engine, tokenizer, ContinuousTokens(self.continuous_token_builder))
+        if getattr(self, "_rlf_builder", None) is None:
+            self._rlf_builder = chatml_aware(
+                self.continuous_token_builder, self.tokenizer, self.apply_chat_template_kwargs
+            )
+        rollout = Rollout(runtime, engine, tokenizer, ContinuousTokens(self._rlf_builder))
         rollout.seed = None  # verl seeds its servers; per-request seeds would repeat across steps
         row = row_from_verl(kwargs)
         traj = await rollout.trajectory(row, f"{row.id}#{uuid4().hex[:8]}")
