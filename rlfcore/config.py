@@ -128,6 +128,12 @@ class ToolsConfig(_Section):
     session_timeout_s: float = Field(
         30.0, gt=0, description="Time limit of opening, and of releasing, one plugin's session of a trajectory."
     )
+    shutdown_timeout_s: float = Field(
+        60.0,
+        gt=0,
+        description="Time limit of each plugin's async `shutdown`, and of each of the two rounds of cancelling "
+        "what still runs as the run's event loop closes.",
+    )
 
 
 class EngineConfig(_Section):

@@ -653,23 +653,28 @@ def _start_in_thread(fn: Any, arguments: dict[str, Any], answer: Callable[[bool,
 
 
 async def _in_thread(fn: Any, arguments: dict[str, Any], name: str) -> Any:
-    """Run ``fn`` in a thread of its own: one stuck past its timeout cannot block a pool or the exit."""
+    """Run ``fn`` in a thread of its own: one stuck past its timeout cannot block a pool or the exit.
+
+    Cancelled, it ends at once: Python cannot stop the thread, which is left running (``name`` says
+    whose it is in the warning) and whose late answer is dropped. Waiting for it here would make a
+    hung plugin hold up the close of the run's loop for ever."""
     future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
 
     def settle(ok: bool, value: Any) -> None:
-        if ok:
-            future.set_result(value)
-        else:
-            future.set_exception(value)
+        if not future.done():
+            if ok:
+                future.set_result(value)
+            else:
+                future.set_exception(value)
 
     _start_in_thread(fn, arguments, settle)
     try:
-        return await asyncio.shield(future)
+        return await future
     except asyncio.CancelledError:
-        # Cancelled at the timeout: the thread cannot be stopped, so this call ends when the thread
-        # does, and its late answer is dropped. Cancelled again (the loop shutting down): now.
-        try:
-            await asyncio.shield(future)
-        except BaseException:
-            pass
+        if future.cancelled():  # not answered yet: the thread still runs
+            log.warning(
+                "%s: still running in its thread when cancelled (the run is ending); Python cannot stop a thread, "
+                "so it is left running and the run goes on without it",
+                name,
+            )
         raise

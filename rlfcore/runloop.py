@@ -6,12 +6,14 @@ component that held one had to notice the loop change and rebuild. A run now own
 :class:`RunLoop` and runs each phase through it; the synchronous work between phases (the local
 trainer's torch update) runs in the same thread, between two :meth:`RunLoop.run` calls.
 
-Written without ``asyncio.Runner`` (Python 3.11+) because rlf supports 3.10.
+Written without ``asyncio.Runner`` (Python 3.11+) because rlf supports 3.10, and because its close
+waits for ever: :meth:`RunLoop.close` gives what is left a deadline, then abandons it by name.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import weakref
 from collections.abc import Coroutine
 from types import TracebackType
@@ -19,11 +21,21 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
+log = logging.getLogger(__name__)
+
+_abandoned: set[asyncio.Task[Any]] = set()
+"""Tasks left running when their loop closed, kept: a task dropped would close its coroutine, running
+its ``finally`` blocks outside any loop."""
+
 
 class RunLoop:
-    """The event loop of one run, made on first use and closed once by :meth:`close`."""
+    """The event loop of one run, made on first use and closed once by :meth:`close`.
 
-    def __init__(self) -> None:
+    ``timeout_s`` bounds each round of the close (``tools.shutdown_timeout_s`` in a run).
+    """
+
+    def __init__(self, timeout_s: float = 60.0) -> None:
+        self.timeout_s = timeout_s
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
 
@@ -58,8 +70,9 @@ class RunLoop:
         return loop.run_until_complete(coro)
 
     def close(self) -> None:
-        """Cancel what still runs (a step stopped by Ctrl-C leaves tasks behind), finish async
-        generators and the default executor, and close the loop; safe to call more than once."""
+        """Cancel what still runs (a step stopped by Ctrl-C leaves tasks behind, a hung plugin its
+        call), finish async generators and the default executor, and close the loop; safe to call
+        more than once. Every wait has ``timeout_s``: a run ends even when a plugin never returns."""
         if self._closed:
             return
         self._closed = True
@@ -67,18 +80,57 @@ class RunLoop:
         if loop is None:
             return
         try:
-            pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
-            for task in pending:
-                task.cancel()
-            if pending:
-                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-            loop.run_until_complete(loop.shutdown_asyncgens())
-            loop.run_until_complete(loop.shutdown_default_executor())
+            self._cancel_all(loop)
+            self._bounded(loop, loop.shutdown_asyncgens(), "async generators not finished in %g s are left so")
+            self._bounded(
+                loop,
+                loop.shutdown_default_executor(),
+                "asyncio's default executor (asyncio.to_thread, run_in_executor) still runs threads after %g s; "
+                "Python cannot stop a thread, and the process waits for them as it exits",
+            )
         finally:
             loop.close()
+
+    def _cancel_all(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Cancel every task and wait up to ``timeout_s``; cancel what is left (a task that caught the
+        first cancellation to clean up) and wait once more; abandon, with a warning naming each,
+        what still runs then (a task that ignores its cancellation)."""
+        for _ in range(2):
+            pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+            if not pending:
+                return
+            for task in pending:
+                task.cancel()
+            loop.run_until_complete(asyncio.wait(pending, timeout=self.timeout_s))
+            for task in pending:  # their failures are retrieved: the run is over, and said why already
+                if task.done() and not task.cancelled():
+                    task.exception()
+        left = [t for t in asyncio.all_tasks(loop) if not t.done()]
+        if left:
+            log.warning(
+                "as the run ends, still running %g s after a second cancellation, abandoned: %s",
+                self.timeout_s,
+                "; ".join(sorted(_describe(t) for t in left)),
+            )
+            for task in left:
+                task._log_destroy_pending = False  # type: ignore[attr-defined]  # named above; as asyncio.gather does
+            _abandoned.update(left)
+
+    def _bounded(self, loop: asyncio.AbstractEventLoop, step: Coroutine[Any, Any, None], warning: str) -> None:
+        """Run one step of the close within ``timeout_s``; past it, ``warning`` (``%g``: the timeout)."""
+        try:
+            loop.run_until_complete(asyncio.wait_for(step, self.timeout_s))
+        except asyncio.TimeoutError:
+            log.warning("closing the run's event loop: " + warning, self.timeout_s)
 
     def __enter__(self) -> RunLoop:
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self.close()
+
+
+def _describe(task: asyncio.Task[Any]) -> str:
+    """A task's name where the core gave it one (``plugin 'x': shutdown``), else its coroutine's."""
+    name = task.get_name()
+    return name if not name.startswith("Task-") else getattr(task.get_coro(), "__qualname__", name)

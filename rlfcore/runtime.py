@@ -9,13 +9,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Coroutine, Mapping
-from functools import cached_property
+from functools import cached_property, partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pluggy
 
 from rlfcore.context import SetupContext
-from rlfcore.hookcall import Check, call_first, call_impl
+from rlfcore.deadlines import within
+from rlfcore.hookcall import Check, call_first, call_impl, call_impl_sync
 from rlfcore.processes import ProcessPool
 from rlfcore.runloop import RunLoop
 from rlfcore.stash import Stash
@@ -55,7 +56,7 @@ class Runtime:
         """Worker processes for CPU-heavy scorers (``ScoreContext.in_process``), started on first use."""
         self.judge_endpoints: list[str] = []
         """Judge servers the trainer runs for this process (verl's reward router), for ``ScoreContext``."""
-        self.loop = RunLoop()
+        self.loop = RunLoop(config.tools.shutdown_timeout_s)
         """The run's one event loop, for synchronous callers (:meth:`open`, :meth:`run`, :meth:`close`)."""
         self._setup_loop: asyncio.AbstractEventLoop | None = None
         self._stashes: dict[str, Stash] = {}
@@ -128,17 +129,32 @@ class Runtime:
         self._ready = True
 
     async def aclose(self) -> None:
-        """Call every plugin's ``shutdown`` once (each with its stash), then drop the stashes; a failing
-        one is logged, the others still run."""
+        """Call every plugin's ``shutdown`` once (each with its stash), then drop the stashes; one that
+        fails, or that runs past ``tools.shutdown_timeout_s`` (cancelled then), is logged, and the
+        others still run. A plain ``def`` shutdown runs on the run's thread, so nothing can bound it."""
         if self._closed:
             return
         self._closed = True
         ctx = SetupContext(plugin="", config=self.config, runtime=self)
+        timeout_s = self.config.tools.shutdown_timeout_s
         for impl in self.plugins.impls("shutdown"):
+            plugin = impl.plugin_name
             try:
-                await call_impl(self.plugins, "shutdown", impl, ctx=ctx)
+                await within(
+                    timeout_s,
+                    partial(call_impl_sync, self.plugins, "shutdown", impl, ctx=ctx),
+                    what=f"plugin '{plugin}': shutdown",
+                    in_thread=False,
+                )
+            except asyncio.TimeoutError:
+                log.warning(
+                    "plugin '%s': shutdown did not return within tools.shutdown_timeout_s (%g s); cancelled, "
+                    "and what it had not released yet may be left running",
+                    plugin,
+                    timeout_s,
+                )
             except Exception:  # one plugin's cleanup must not keep the others' servers alive
-                log.exception("plugin '%s' failed to shut down", impl.plugin_name)
+                log.exception("plugin '%s' failed to shut down", plugin)
         self._stashes.clear()
         self.processes.close()
 

@@ -5,8 +5,8 @@ a plugin implements the ``open_session`` hook once and returns any object (a dat
 sandbox, a browser). The loop opens the sessions of a trajectory's environment before its first
 turn, hands them to every hook of that trajectory (``ctx.session``) and to its plugin's tools (a
 ``session`` parameter), and releases each one when the trajectory ends, fails or is cancelled: its
-``aclose()`` or ``close()``, sync or async. Opening and releasing each have ``tools.session_timeout_s``;
-a failure or a timeout is an error on that trajectory, never on the step.
+``aclose()`` or ``close()``, sync or async. Opening and releasing each have ``tools.session_timeout_s``
+(:mod:`rlfcore.deadlines`); a failure or a timeout is an error on that trajectory, never on the step.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from rlfcore.executor import _in_thread
-from rlfcore.hookcall import call_impl_sync, resolve
+from rlfcore.deadlines import describe, within
+from rlfcore.hookcall import call_impl_sync
 
 if TYPE_CHECKING:
     import pluggy
@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 
 _serial = itertools.count()
 _late: set[asyncio.Future[None]] = set()
-"""Releases of sessions that opened after their timeout, still running."""
+"""Releases of sessions that opened after their trajectory stopped waiting (a timeout, a cancellation)."""
 
 
 @dataclass(frozen=True)
@@ -67,9 +67,10 @@ class TrajectorySessions:
         for impl in self.runtime.impls("open_session", ctx.env):
             plugin = impl.plugin_name
             try:
-                value = await _within(
+                value = await within(
                     self.timeout_s,
                     self._opener(impl, ctx),
+                    what=f"plugin '{plugin}': open_session",
                     in_thread=not inspect.iscoroutinefunction(impl.function),
                     on_late=_release_late(plugin, self.timeout_s),
                 )
@@ -78,7 +79,7 @@ class TrajectorySessions:
                     f"plugin '{plugin}': open_session took longer than tools.session_timeout_s ({self.timeout_s:g} s)"
                 ) from None
             except Exception as exc:
-                raise SessionError(f"plugin '{plugin}': open_session failed: {type(exc).__name__}: {exc}") from exc
+                raise SessionError(f"plugin '{plugin}': open_session failed: {describe(exc)}") from exc
             if value is not None:
                 key = getattr(value, "cache_key", None)
                 self.opened[plugin] = OpenSession(plugin, value, str(key) if key is not None else f"#{next(_serial)}")
@@ -103,7 +104,7 @@ class TrajectorySessions:
         while self.opened:
             _, session = self.opened.popitem()
             try:
-                await _release(session.value, self.timeout_s)
+                await _release(session.plugin, session.value, self.timeout_s)
             except asyncio.TimeoutError:
                 problems.append(
                     f"plugin '{session.plugin}': releasing its session took longer than "
@@ -111,7 +112,7 @@ class TrajectorySessions:
                 )
             except Exception as exc:
                 log.debug("plugin %r failed to release its session", session.plugin, exc_info=True)
-                problems.append(f"plugin '{session.plugin}': releasing its session failed: {type(exc).__name__}: {exc}")
+                problems.append(f"plugin '{session.plugin}': releasing its session failed: {describe(exc)}")
         return problems
 
     def _opener(self, impl: pluggy.HookImpl, ctx: TurnContext) -> Callable[[], Any]:
@@ -119,42 +120,22 @@ class TrajectorySessions:
         return lambda: call_impl_sync(manager, "open_session", impl, row=ctx.row, ctx=ctx)
 
 
-async def _release(value: Any, timeout_s: float) -> None:
+async def _release(plugin: str, value: Any, timeout_s: float) -> None:
     """Call the session's ``aclose()`` or ``close()``, if it has one, within ``timeout_s``."""
     close = getattr(value, "aclose", None) or getattr(value, "close", None)
     if callable(close):
-        await _within(timeout_s, close, in_thread=not inspect.iscoroutinefunction(close))
-
-
-async def _within(
-    timeout_s: float, work: Callable[[], Any], *, in_thread: bool, on_late: Callable[[Any], None] | None = None
-) -> Any:
-    """``work()``'s answer, awaited if it is awaitable, within ``timeout_s``.
-
-    Plain code runs in a fresh thread (``in_thread``), so a hung one holds up neither the event loop
-    nor a pool; Python cannot stop that thread, so its late answer goes to ``on_late``. An async one
-    is cancelled at the timeout.
-    """
-    task = asyncio.ensure_future(_answer(work, in_thread))
-    try:
-        return await asyncio.wait_for(asyncio.shield(task), timeout_s)
-    except asyncio.TimeoutError:
-        if not in_thread:
-            task.cancel()
-        elif on_late is not None:
-            task.add_done_callback(lambda t: on_late(t.result()) if not t.cancelled() and not t.exception() else None)
-        raise
-
-
-async def _answer(work: Callable[[], Any], in_thread: bool) -> Any:
-    return await resolve(await _in_thread(work, {}, "session") if in_thread else work())
+        what = (
+            f"plugin '{plugin}': releasing its session ({type(value).__name__}.{getattr(close, '__name__', 'close')})"
+        )
+        await within(timeout_s, close, what=what, in_thread=not inspect.iscoroutinefunction(close))
 
 
 def _release_late(plugin: str, timeout_s: float) -> Callable[[Any], None]:
     def release(value: Any) -> None:
         if value is not None:
-            log.warning("plugin '%s': a session opened after its timeout is released", plugin)
-            late = asyncio.ensure_future(_release(value, timeout_s))
+            log.warning("plugin '%s': a session that opened after its trajectory stopped waiting is released", plugin)
+            what = f"plugin '{plugin}': releasing a session that opened late"
+            late = asyncio.get_running_loop().create_task(_release(plugin, value, timeout_s), name=what)
             _late.add(late)  # the loop keeps only a weak reference to a task
             late.add_done_callback(_late.discard)
 

@@ -36,12 +36,11 @@ def eval_command(
 ) -> None:
     """Roll out the rows of data.eval (or data.train) and score them: one JSON line per trajectory,
     then a summary table. Exits 1 when every trajectory failed (endpoint down, a broken scorer)."""
-    import asyncio
-
     from rlfcore.config import load_config
     from rlfcore.data import read_rows
     from rlfcore.evaluation import default_out, evaluate
     from rlfcore.failures import RunFailed, check_not_all_failed, error_summary
+    from rlfcore.runloop import RunLoop
     from rlfcore.runtime import Runtime, model_source
 
     wanted = (GREEDY if greedy else []) + list(overrides) + ([f"engine.name={engine}"] if engine else [])
@@ -69,7 +68,8 @@ def eval_command(
         finally:
             await runtime.aclose()
 
-    trajectories, summary = asyncio.run(main())
+    with RunLoop(config.tools.shutdown_timeout_s) as loop:  # unlike asyncio.run's, its close has deadlines
+        trajectories, summary = loop.run(main())
     _print_summary(summary, out_path)
     line = error_summary(trajectories)
     if line:
