@@ -183,6 +183,19 @@ class SFTConfig(_Section):
     warmup_steps: int = Field(0, ge=0)
 
 
+LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+"""The attention and MLP projections of Llama, Qwen2 and Qwen3 models."""
+
+
+class LoraConfig(_Section):
+    rank: int = Field(16, ge=1, description="r: the rank of each adapter.")
+    alpha: int = Field(32, ge=1, description="lora_alpha: updates are scaled by alpha / rank.")
+    dropout: float = Field(0.0, ge=0, lt=1, description="Dropout on the adapters' inputs while training.")
+    target_modules: list[str] = Field(
+        default_factory=lambda: list(LORA_TARGETS), min_length=1, description="Names of the layers that get adapters."
+    )
+
+
 class TrainerConfig(_Section):
     steps: int = Field(100, ge=0, description="GRPO steps.")
     prompts_per_step: int = Field(8, ge=1, description="Dataset rows per step; each gets rollout.n samples.")
@@ -199,6 +212,9 @@ class TrainerConfig(_Section):
         None, ge=1, description="Padded tokens per forward pass at most (sequences sorted by length); None: no limit."
     )
     kl_coef: float = Field(0.0, ge=0, description="Weight of the KL penalty to the frozen initial model.")
+    lora: LoraConfig | None = Field(
+        None, description="Train LoRA adapters (peft) on frozen weights, for SFT and GRPO; null: full fine-tuning."
+    )
     loss_agg: Literal["token-mean", "seq-mean"] = "token-mean"
     std_normalize: bool = Field(True, description="Divide advantages by the group's std (false: Dr. GRPO).")
     turn_advantage: Literal["outcome", "return_to_go"] = Field(

@@ -70,3 +70,26 @@ def fetch_model(
     except ModelFetchError as exc:
         raise click.ClickException(str(exc)) from exc
     click.echo(str(path))
+
+
+@models.command("merge")
+@click.argument("checkpoint", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.argument("out", type=click.Path(path_type=Path))
+@click.option(
+    "--base",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    help="The base model folder (default: the one the adapter records).",
+)
+def merge_model(checkpoint: Path, out: Path, base: Path | None) -> None:
+    """Fold the LoRA adapter of CHECKPOINT (RUN/checkpoints/step_N) into its base model, write OUT.
+
+    OUT is a plain Hugging Face folder with the tokenizer, for `rlf eval`, vLLM and verl; peft is not
+    needed to load it. It is written to a temporary folder and renamed, never half-written.
+    """
+    from rlfcore.backends.local.lora import LoraError, merge
+
+    try:
+        path = merge(checkpoint, out, base)
+    except LoraError as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(str(path))

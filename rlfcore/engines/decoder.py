@@ -28,7 +28,7 @@ _MLP = ("gate_proj", "up_proj", "down_proj")
 
 def supports(model: Any) -> bool:
     """Whether :func:`forward` computes exactly what ``model``'s own forward does."""
-    if type(model).__name__ not in _FAMILIES:
+    if type(model).__name__ not in _FAMILIES or getattr(model, "peft_config", None):  # peft adapters: any layer
         return False
     config = model.config
     rotary = getattr(model.model, "rotary_emb", None)

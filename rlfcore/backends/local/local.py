@@ -4,7 +4,9 @@ Each step: take ``prompts_per_step`` rows (a seeded order, so a resumed run sees
 out ``rollout.n`` samples each through the loop with the transformers engine, score them, turn rewards
 into group-normalised advantages (one per sample, or per assistant turn with
 ``trainer.turn_advantage: return_to_go``), and update the policy with the PPO-clip loss over generated
-tokens only (the loop's mask), optionally with a KL penalty to the frozen starting model.
+tokens only (the loop's mask), optionally with a KL penalty to the frozen starting model. With
+``trainer.lora`` the model is a peft model whose adapters alone train (:mod:`.lora`): the reference is
+the same weights with the adapters off, never a copy.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Any
 
 import torch
 
-from rlfcore.backends.local import grpo
+from rlfcore.backends.local import grpo, lora
 from rlfcore.backends.local.checkpoint import load_error
 from rlfcore.backends.local.rundir import RunDir, rng_state, set_rng_state
 from rlfcore.chat import HFChatTokenizer
@@ -88,7 +90,7 @@ class LocalTrainer:
         self.run_dir = run_dir
         self.device = next(model.parameters()).device
         self.engine = TransformersEngine(
-            model,
+            lora.sampler(model),  # with LoRA: the layers holding the adapters, switched on
             max_batch_size=self.config.engine.max_batch_size,
             device=self.device,
             threads=self.config.engine.threads,
@@ -96,12 +98,16 @@ class LocalTrainer:
         )
         self.rollout = Rollout(runtime, self.engine, self.tok)
         self.rewards = RewardPipeline(runtime)
+        self.adapted = lora.is_adapted(model)
+        self.kl = self.cfg.kl_coef > 0
         self.reference = None
-        if self.cfg.kl_coef > 0:
+        """The frozen starting model of full fine-tuning's KL term; with LoRA, the base weights are it."""
+        if self.kl and not self.adapted:
             self.reference = copy.deepcopy(model).eval()
             for p in self.reference.parameters():
                 p.requires_grad_(False)
-        self.optimizer = torch.optim.AdamW(model.parameters(), lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
+        self.params = lora.trainable(model)
+        self.optimizer = torch.optim.AdamW(self.params, lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, schedule(self.cfg.lr_schedule, self.cfg.warmup_steps, self.cfg.steps)
         )
@@ -127,7 +133,8 @@ class LocalTrainer:
         """Weights, optimizer, schedule, RNG and step from a checkpoint; metrics past it are dropped."""
         from safetensors.torch import load_file
 
-        weights_file, state_file = checkpoint / "model" / "model.safetensors", checkpoint / "trainer.pt"
+        weights_name = lora.ADAPTER_WEIGHTS if self.adapted else "model.safetensors"
+        weights_file, state_file = checkpoint / "model" / weights_name, checkpoint / "trainer.pt"
         try:
             weights = load_file(str(weights_file), device=str(self.device))
         except Exception as exc:
@@ -136,9 +143,12 @@ class LocalTrainer:
             state = torch.load(state_file, map_location=self.device, weights_only=False)
         except Exception as exc:
             raise load_error(checkpoint, state_file, exc, self.run_dir.step_checkpoints()) from exc
-        self.model.load_state_dict(weights, strict=False)
-        if getattr(self.model.config, "tie_word_embeddings", False):
-            self.model.tie_weights()
+        if self.adapted:
+            lora.load_weights(self.model, weights, weights_file)
+        else:
+            self.model.load_state_dict(weights, strict=False)
+            if getattr(self.model.config, "tie_word_embeddings", False):
+                self.model.tie_weights()
         self.optimizer.load_state_dict(state["optimizer"])
         self._continue_schedule(state["scheduler"]["last_epoch"])
         if self.reference is not None and "reference" in state:
@@ -255,7 +265,7 @@ class LocalTrainer:
         adv = self._advantages(usable)
         # A sample whose advantages are all 0 (its whole group scored alike) adds nothing to the gradient
         # without a KL term: it still counts in the normalisation, but needs no forward pass.
-        active = [i for i, a in enumerate(adv) if any(x != 0.0 for x in a) or self.reference is not None]
+        active = [i for i, a in enumerate(adv) if any(x != 0.0 for x in a) or self.kl]
         lengths = [len(t.prompt_ids) + len(t.response_ids) for t in usable]
         chunks = grpo.pack(lengths, active, self.cfg.micro_batch_size, self.cfg.micro_batch_tokens)
         # A step's prompts start alike (the system prompt with its tools): each micro-batch computes
@@ -296,6 +306,10 @@ class LocalTrainer:
                 old = [grpo.token_logprobs(self.model, b, self.temperature) for b in batches]
             if self.reference is not None:
                 ref = [grpo.token_logprobs(self.reference, b, self.temperature) for b in batches]
+            elif self.kl:
+                self.model.eval()
+                with lora.reference(self.model) as base:
+                    ref = [grpo.token_logprobs(base, b, self.temperature) for b in batches]
 
         clip_low = self.cfg.clip_ratio
         clip_high = self.cfg.clip_ratio_high if self.cfg.clip_ratio_high is not None else clip_low
@@ -320,7 +334,7 @@ class LocalTrainer:
                 losses.append(loss.item())
                 clips.append(clip_frac.item())
             if chunks:
-                norms.append(float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)))
+                norms.append(float(torch.nn.utils.clip_grad_norm_(self.params, self.cfg.max_grad_norm)))
             self.optimizer.step()  # without gradients it changes nothing, and keeps the schedule in step
         drift = self._engine_drift(usable, chunks, batches, old)
         lr = float(self.scheduler.get_last_lr()[0])

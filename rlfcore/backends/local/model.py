@@ -95,6 +95,19 @@ def load_policy(path: Path, device: str = "auto", dtype: str = "auto") -> tuple[
     return model, tokenizer
 
 
+def start_policy(config: RunConfig, base_model: Path, start: Path) -> tuple[Any, Any]:
+    """The policy a training phase starts from, and its tokenizer: the model in ``start`` (full
+    fine-tuning), or with ``trainer.lora`` ``base_model`` with adapters: those saved in ``start`` when
+    it is not the base model itself (the SFT warm start's), else fresh ones."""
+    settings = config.trainer.lora
+    if settings is None:
+        return load_policy(start, config.trainer.device, config.model.dtype)
+    from rlfcore.backends.local import lora
+
+    model, tokenizer = load_policy(base_model.resolve(), config.trainer.device, config.model.dtype)
+    return lora.wrap(model, settings, None if start == base_model else start), tokenizer
+
+
 def tool_schemas(runtime: Any) -> list[dict[str, Any]]:
     """The schemas of every tool the run offers, for the tokenizer's training text."""
     return [t.schema() for tools in runtime.tools.values() for t in tools.values()]

@@ -12,7 +12,7 @@ from typing import Any
 
 from rlfcore.backends.base import Progress
 from rlfcore.backends.local.lock import RunDirError, RunLock
-from rlfcore.backends.local.model import ensure_model, load_policy, resolve, tool_schemas
+from rlfcore.backends.local.model import ensure_model, resolve, start_policy, tool_schemas
 from rlfcore.backends.local.resume import check_resume_config, describe
 from rlfcore.backends.local.rundir import RunDir
 from rlfcore.config import RunConfig
@@ -111,7 +111,7 @@ def train(
         runtime = Runtime.open(config, manager)  # one event loop for set-up, every step and shutdown
         try:
             run_dir.open_trackers(config)
-            model_path = ensure_model(config, base, tool_schemas(runtime))
+            model_path = base_model = ensure_model(config, base, tool_schemas(runtime))
 
             grpo_ckpt = resume_from or (run_dir.last_checkpoint("step_") if resume else None)
             sft_ckpt = run_dir.checkpoints / "sft"
@@ -121,7 +121,7 @@ def train(
                     model_path = sft_ckpt / "model"
                 else:
                     run_dir.truncate_metrics(0, "sft_metrics.jsonl")
-                    model, hf_tok = load_policy(model_path, config.trainer.device, config.model.dtype)
+                    model, hf_tok = start_policy(config, base_model, model_path)
                     t0 = time.perf_counter()
                     sft_data = resolve_path(config.sft.data, base)
                     train_sft(model, hf_tok, runtime, sft_data, run_dir, _phase(progress, "sft"))
@@ -131,7 +131,7 @@ def train(
             elif grpo_ckpt is not None and (sft_ckpt / "trainer.pt").exists():
                 model_path = sft_ckpt / "model"
 
-            model, hf_tok = load_policy(model_path, config.trainer.device, config.model.dtype)
+            model, hf_tok = start_policy(config, base_model, model_path)  # with LoRA: SFT's adapters go on
             torch.manual_seed(config.seed)
             trainer = LocalTrainer(runtime, model, hf_tok, rows, run_dir)
             if grpo_ckpt is not None:
@@ -162,9 +162,8 @@ def sft_only(
         runtime = Runtime.open(config, manager)
         try:
             run_dir.open_trackers(config)
-            model, hf_tok = load_policy(
-                ensure_model(config, base, tool_schemas(runtime)), config.trainer.device, config.model.dtype
-            )
+            base_model = ensure_model(config, base, tool_schemas(runtime))
+            model, hf_tok = start_policy(config, base_model, base_model)
             t0 = time.perf_counter()
             history = train_sft(
                 model, hf_tok, runtime, resolve_path(config.sft.data, base), run_dir, _phase(progress, "sft")

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from rlfcore.backends.local import grpo
+from rlfcore.backends.local import grpo, lora
 from rlfcore.backends.local.local import autocast, schedule
 from rlfcore.backends.local.rundir import RunDir
 from rlfcore.chat import HFChatTokenizer
@@ -61,7 +61,8 @@ def train_sft(
     sequences = read_conversations(data, runtime, tok)
     device = next(model.parameters()).device
     pad = hf_tokenizer.pad_token_id if hf_tokenizer.pad_token_id is not None else tok.eos_token_ids[0]
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
+    params = lora.trainable(model)  # with LoRA, the adapters only
+    optimizer = torch.optim.AdamW(params, lr=cfg.lr)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule(cfg.lr_schedule, cfg.warmup_steps, cfg.steps))
     rng = random.Random(f"sft/{runtime.config.seed}")
     model.train()
@@ -83,7 +84,7 @@ def train_sft(
         loss = -(logp * b.loss_mask).sum() / b.loss_mask.sum().clamp(min=1)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), runtime.config.trainer.max_grad_norm))
+        norm = float(torch.nn.utils.clip_grad_norm_(params, runtime.config.trainer.max_grad_norm))
         lr = scheduler.get_last_lr()[0]  # the rate this step used, as GRPO's metrics log it
         optimizer.step()
         scheduler.step()

@@ -98,6 +98,11 @@ def refusals(config: RunConfig) -> list[str]:
         )
     if t.device == "cpu":
         out.append("trainer.device: verl places the model on the GPUs it is given (--gpus); remove trainer.device=cpu")
+    if t.lora is not None:
+        out.append(
+            "trainer.lora: rlf does not pass LoRA settings to verl yet; remove trainer.lora (or train with "
+            "--backend local), or set verl's own actor_rollout_ref.model.lora_rank as a raw override"
+        )
     if t.micro_batch_tokens is not None and t.micro_batch_tokens < r.max_total_tokens:
         out.append(
             f"trainer.micro_batch_tokens ({t.micro_batch_tokens}): verl packs whole sequences into a micro-batch, "
