@@ -237,10 +237,16 @@ def test_target_modules_that_match_no_layer_are_an_error_naming_the_setting(tmp_
         _trainer(tmp_path, lora={"target_modules": ["no_such_proj"]})
 
 
-def test_the_verl_backend_refuses_lora_instead_of_dropping_it():
-    from rlfcore.backends.verl.hydra import refusals
+def test_the_verl_backend_trains_the_same_lora_through_verls_own_settings(tmp_path):
+    """trainer.lora reaches verl as its actor's lora_rank, lora_alpha and target_modules, through verl's
+    real config composition; a dropout verl cannot honour is refused, not dropped."""
+    from rlfcore.backends.verl.hydra import compose, refusals, verl_overrides
     from rlfcore.config import RunConfig
 
-    assert not [r for r in refusals(RunConfig()) if r.startswith("trainer.lora")]
-    refused = refusals(RunConfig.model_validate({"trainer": {"lora": {}}}))
-    assert [r for r in refused if r.startswith("trainer.lora:") and "--backend local" in r]
+    config = RunConfig.model_validate({"model": {"path": str(tmp_path)}, "trainer": {"lora": {"rank": 8, "alpha": 16}}})
+    assert not refusals(config)
+    rows = tmp_path / "rows.parquet"
+    model = compose(verl_overrides(config, tmp_path / "run.yaml", rows)).actor_rollout_ref.model
+    assert (model.lora_rank, model.lora_alpha) == (8, 16) and "q_proj" in model.target_modules
+    refused = refusals(RunConfig.model_validate({"trainer": {"lora": {"dropout": 0.1}}}))
+    assert [r for r in refused if r.startswith("trainer.lora.dropout:")]

@@ -190,7 +190,7 @@ def test_examples_translate_unchanged(tmp_path):
     for config in examples:
         plan = prepare(config, [], [], tmp_path / config.parent.name)
         assert plan.config.actor_rollout_ref.rollout.agent.default_agent_loop == "rlf_agent"
-        if "calculator" in str(config):
+        if config.parent.name == "calculator":
             # sft.data is set: verl trains from rlf's warm start; engine.threads is named as unused
             assert plan.sft_model == (tmp_path / "calculator" / "checkpoints" / "sft" / "model").resolve()
             assert plan.config.actor_rollout_ref.model.path == str(plan.sft_model)

@@ -98,11 +98,8 @@ def refusals(config: RunConfig) -> list[str]:
         )
     if t.device == "cpu":
         out.append("trainer.device: verl places the model on the GPUs it is given (--gpus); remove trainer.device=cpu")
-    if t.lora is not None:
-        out.append(
-            "trainer.lora: rlf does not pass LoRA settings to verl yet; remove trainer.lora (or train with "
-            "--backend local), or set verl's own actor_rollout_ref.model.lora_rank as a raw override"
-        )
+    if t.lora is not None and t.lora.dropout:
+        out.append("trainer.lora.dropout: verl's LoRA has no dropout setting; set trainer.lora.dropout=0")
     if t.micro_batch_tokens is not None and t.micro_batch_tokens < r.max_total_tokens:
         out.append(
             f"trainer.micro_batch_tokens ({t.micro_batch_tokens}): verl packs whole sequences into a micro-batch, "
@@ -280,6 +277,10 @@ def verl_overrides(
     if config.model.dtype != "auto":
         out[f"{actor}.fsdp_config.model_dtype"] = _DTYPES[config.model.dtype]
         out[f"{ref}.fsdp_config.model_dtype"] = _DTYPES[config.model.dtype]
+    if t.lora is not None:  # verl's own LoRA (FSDP actor, adapters synced to the rollout servers)
+        out["actor_rollout_ref.model.lora_rank"] = t.lora.rank
+        out["actor_rollout_ref.model.lora_alpha"] = t.lora.alpha
+        out["actor_rollout_ref.model.target_modules"] = list(t.lora.target_modules)
     if config.model.tokenizer:
         out["actor_rollout_ref.model.tokenizer_path"] = str(Path(config.model.tokenizer).expanduser())
     if t.micro_batch_tokens is not None:
