@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 pytest.importorskip("starlette")
-from starlette.testclient import TestClient  # noqa: E402
+from starlette.testclient import TestClient
 
-from rlfcore.ui import create_app  # noqa: E402
-from rlfcore.ui import runs as rd  # noqa: E402
-from rlfcore.ui.samples import SampleIndex  # noqa: E402
+from rlfcore.ui import create_app
+from rlfcore.ui import runs as rd
+from rlfcore.ui.samples import SampleIndex
 
 TOKEN = "files-test-token-0123456789"
 
@@ -142,9 +142,9 @@ def test_a_long_field_is_cut_with_a_link_to_the_raw_line(client: TestClient, run
 
 def test_a_record_too_big_to_parse_is_not_loaded(client: TestClient, run: Path, monkeypatch: Any) -> None:
     """Before: a 300 MB line made a 314 MB page. (The cap is lowered here so the file stays small.)"""
-    import rlfcore.ui.app as app_module
+    import rlfcore.ui.views.trajectories as trajectories_view
 
-    monkeypatch.setattr(app_module, "LINE_BYTES", 1 << 20)
+    monkeypatch.setattr(trajectories_view, "LINE_BYTES", 1 << 20)
     write_step(run, [record("big#0", blob="z" * (2 << 20)), record("small#0")])
     page = client.get("/sample?run=r&i=0")
     assert page.status_code == 200 and "too big to show here" in page.text and len(page.text) < 50_000
@@ -152,14 +152,14 @@ def test_a_record_too_big_to_parse_is_not_loaded(client: TestClient, run: Path, 
 
 
 def test_an_unexpected_failure_is_a_readable_page(client: TestClient, run: Path, monkeypatch: Any) -> None:
-    import rlfcore.ui.app as app_module
+    import rlfcore.ui.views.trajectories as trajectories_view
 
     write_step(run, [record("a#0")])
 
     def broken(*args: Any) -> Any:
         raise RuntimeError("disk went away")
 
-    monkeypatch.setattr(app_module, "_record", broken)
+    monkeypatch.setattr(trajectories_view, "_record", broken)
     with TestClient(client.app, base_url="http://127.0.0.1", raise_server_exceptions=False) as c:
         page = c.get("/sample?run=r&i=0", headers={"X-RLF-Token": TOKEN})
     assert page.status_code == 500 and "this page failed: RuntimeError: disk went away" in page.text
