@@ -254,3 +254,32 @@ def test_a_partial_checkpoint_left_by_a_killed_run_is_cleared_at_the_next_start(
     _train(finished, run, "trainer.steps=3", resume=True)
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["step_000002", "step_000003"]
     assert f"removed {partial}" in capsys.readouterr().err
+
+
+def test_a_run_that_fails_or_stops_still_writes_its_summary(finished, tmp_path, monkeypatch) -> None:
+    """Before: a step that raised (every sample of it failed, a plugin broke) left no summary.json, so
+    the run's folder could not say how it ended. Now it says failed, with the error, or stopped (a
+    signal) with how to resume; the UI shows the same."""
+    from rlfcore.signals import Interrupted
+    from rlfcore.ui.runs import status
+
+    def broken(self, progress=None):
+        raise RuntimeError("every sample of step 1 failed: plugin 'x': open_session timed out")
+
+    monkeypatch.setattr(LocalTrainer, "run", broken)
+    with pytest.raises(RuntimeError, match="every sample"):
+        _train(finished, tmp_path / "failed")
+    summary = json.loads((tmp_path / "failed" / "summary.json").read_text())
+    assert summary["status"] == "failed" and "every sample of step 1 failed" in summary["error"]
+    assert status(tmp_path / "failed") == "failed"
+
+    def stopped(self, progress=None):
+        raise Interrupted(signal.SIGTERM, "Interrupted during step 3: resume with: rlf train ... --resume")
+
+    monkeypatch.setattr(LocalTrainer, "run", stopped)
+    run = _copy(finished, tmp_path)
+    with pytest.raises(Interrupted):
+        _train(finished, run, "trainer.steps=4", resume=True)
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "stopped" and "--resume" in summary["error"] and summary["steps"] == 2
+    assert status(run) == "resumable"  # a stopped run with a checkpoint, not "finished"

@@ -107,15 +107,20 @@ def run_info(root: Path, path: Path) -> RunInfo:
 
 
 def status(path: Path) -> str:
-    """running, finished, failed, resumable or stopped."""
+    """running, finished, failed, resumable or stopped (a run's ``summary.json`` says how it ended)."""
     launch = read_json(path / LAUNCH_FILE)
     if isinstance(launch, dict):
         if launch.get("rc") is None and _alive(launch.get("pid")):
             return "running"
         if launch.get("rc") not in (None, 0):
             return "failed"
-    if (path / "summary.json").exists():
-        return "finished"
+    summary = read_json(path / "summary.json")
+    if isinstance(summary, dict):
+        ended = summary.get("status", "finished")  # verl's summaries and older ones say nothing: they finished
+        if ended in ("finished", "failed"):
+            return str(ended)
+        if ended == "stopped":  # a resume deletes the summary first: this run is not going on
+            return "resumable" if any((path / "checkpoints").glob("*/trainer.pt")) else "stopped"
     if (time.time() - last_change(path) < LIVE_WINDOW_S and _has_metrics(path)) or _sft_live(path):
         return "running"
     if any((path / "checkpoints").glob("*/trainer.pt")):

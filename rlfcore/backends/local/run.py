@@ -22,6 +22,7 @@ from rlfcore.engines.chat import refuse_chat_engine
 from rlfcore.paths import resolve_path
 from rlfcore.plugins import PluginManager
 from rlfcore.runtime import Runtime
+from rlfcore.signals import Interrupted
 
 
 def check_run_dir(path: Path, resume: bool) -> None:
@@ -54,6 +55,7 @@ def open_run_dir(
             for p in run_dir.clear_partial_checkpoints()
         ]
         if resume:
+            (path / "summary.json").unlink(missing_ok=True)  # the run goes on: how it ended last is stale
             dropped = (run_dir.drop_torn_line(file) for file in ("metrics.jsonl", "sft_metrics.jsonl"))
             notes += [(note, note) for note in dropped if note is not None]
         Advisor()(notes)
@@ -105,7 +107,7 @@ def train(
             f"--resume-from {resume_from}: not a checkpoint (it has no trainer.pt); they are in RUN/checkpoints/step_N"
         )
     resume = resume or resume_from is not None
-    with open_run_dir(run_path, config, resume, allow_config_change) as run_dir:
+    with open_run_dir(run_path, config, resume, allow_config_change) as run_dir, _summary(run_dir, start) as times:
         Advisor()(config_warnings(config, training=True))
         torch.manual_seed(config.seed)
         runtime = Runtime.open(config, manager)  # one event loop for set-up, every step and shutdown
@@ -115,7 +117,6 @@ def train(
 
             grpo_ckpt = resume_from or (run_dir.last_checkpoint("step_") if resume else None)
             sft_ckpt = run_dir.checkpoints / "sft"
-            sft_s = 0.0
             if grpo_ckpt is None and config.sft.data and config.sft.steps:
                 if resume and (sft_ckpt / "trainer.pt").exists():
                     model_path = sft_ckpt / "model"
@@ -125,7 +126,7 @@ def train(
                     t0 = time.perf_counter()
                     sft_data = resolve_path(config.sft.data, base)
                     train_sft(model, hf_tok, runtime, sft_data, run_dir, _phase(progress, "sft"))
-                    sft_s = time.perf_counter() - t0
+                    times["sft_s"] = time.perf_counter() - t0
                     run_dir.save_checkpoint("sft", model, hf_tok, {"step": config.sft.steps})
                     model_path = sft_ckpt / "model"
             elif grpo_ckpt is not None and (sft_ckpt / "trainer.pt").exists():
@@ -136,16 +137,41 @@ def train(
             trainer = LocalTrainer(runtime, model, hf_tok, rows, run_dir)
             if grpo_ckpt is not None:
                 trainer.restore(grpo_ckpt)
-            t0 = time.perf_counter()
+            times["grpo_start"] = time.perf_counter()
             trainer.run(_phase(progress, "grpo"))
-            grpo_s = time.perf_counter() - t0
         finally:
             run_dir.close()  # trackers finish their runs, also when training stopped on an error
             runtime.close()
-        summary = summarize(run_dir.metrics(), sft_s=sft_s, grpo_s=grpo_s, total_s=time.perf_counter() - start)
-        (run_dir.path / "summary.json").write_text(json.dumps(summary, indent=2))
         run_dir.curve(f"{config.source.stem if config.source else 'run'}: reward per step")
-    return summary
+    return json.loads((run_dir.path / "summary.json").read_text())
+
+
+@contextmanager
+def _summary(run_dir: RunDir, start: float) -> Iterator[dict[str, float]]:
+    """Write ``summary.json`` however the block ends: ``status`` finished, stopped (a signal; the error
+    says how to resume) or failed (the error named), with the metrics' figures so far."""
+    times: dict[str, float] = {"sft_s": 0.0}
+    status, error = "failed", None
+    try:
+        yield times
+        status = "finished"
+    except Interrupted as exc:
+        status, error = "stopped", f"{exc}: {exc.note}" if exc.note else str(exc)
+        raise
+    except BaseException as exc:
+        error = f"{type(exc).__name__}: {exc}"
+        raise
+    finally:
+        grpo_start = times.pop("grpo_start", None)
+        times["grpo_s"] = time.perf_counter() - grpo_start if grpo_start is not None else 0.0
+        try:
+            summary = summarize(run_dir.metrics(), **times, total_s=time.perf_counter() - start)
+        except Exception as exc:  # an unreadable metrics file must not hide why the run ended
+            summary = {"steps": None, "metrics_error": f"{type(exc).__name__}: {exc}"}
+        summary["status"] = status
+        if error is not None:
+            summary["error"] = error
+        (run_dir.path / "summary.json").write_text(json.dumps(summary, indent=2))
 
 
 def sft_only(
