@@ -19,7 +19,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from rlfcore.executor import _in_thread, _Raised
+from rlfcore import threads
 from rlfcore.hookcall import resolve
 
 
@@ -66,8 +66,8 @@ async def within(
 
 async def _answer(work: Callable[[], Any], in_thread: bool, what: str) -> Any:
     try:
-        return await resolve(await _in_thread(work, {}, what) if in_thread else work())
-    except _Raised as exc:  # what a plain function raised in its thread: SystemExit, CancelledError
+        return await resolve(await threads.in_thread(work, {}, name=what) if in_thread else work())
+    except threads.Raised as exc:  # what a plain function raised in its thread: SystemExit, CancelledError
         raise PluginRaised(exc.__cause__ or exc) from exc.__cause__
 
 

@@ -6,38 +6,36 @@ One executor serves every trajectory of a run, so its limits are global: at most
 an answer it can read, so nothing here raises: unknown tools, unreadable calls, bad arguments,
 exceptions, timeouts and exhausted retries all come back as a :class:`ToolResult` with ``error`` set.
 
-Sync tools run in a thread of their own (kept for a later call once theirs ends), so they never
-block the event loop. Python cannot kill a thread, and an async tool may ignore its cancellation: a
-call past its timeout is answered with a timeout error at once, but whatever still runs keeps its
-concurrency slots until it ends, so the limits
-count everything that executes. A call that cannot get a slot within its own timeout while such
-overrunning calls hold slots is a timeout error too, so hung tools never stall a step. An exception
-of any kind a tool raises (``SystemExit``, ``KeyboardInterrupt``, ``CancelledError`` included) is
-that call's error result; the traceback goes into :attr:`ToolResult.traceback`, never to the model.
+Sync tools run in a worker thread (:mod:`rlfcore.threads`), so they never block the event loop.
+Python cannot kill a thread, and an async tool may ignore its cancellation: a call past its timeout
+is answered with a timeout error at once, but whatever still runs keeps its concurrency slots until
+it ends, so the limits count everything that executes. A call that cannot get a slot within its own
+timeout while such overrunning calls hold slots is a timeout error too, so hung tools never stall a
+step. An exception of any kind a tool raises (``SystemExit``, ``KeyboardInterrupt``,
+``CancelledError`` included) is that call's error result; the traceback goes into
+:attr:`ToolResult.traceback`, never to the model.
 """
 
 from __future__ import annotations
 
-import _thread
 import asyncio
-import contextvars
 import inspect
 import json
 import logging
 import math
-import os
 import time
 import traceback
-import weakref
-from collections import Counter, OrderedDict, deque
+from collections import Counter, deque
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import jsonschema
+from cachetools import LRUCache
 
 from rlfcore.config import ToolsConfig
+from rlfcore.schemas import argument_problems
 from rlfcore.surrogates import replaced
+from rlfcore.threads import Raised, start_in_thread
 from rlfcore.tools import SESSION
 from rlfcore.types import Tool, ToolCall, ToolErrorKind, ToolResult, TransientToolError
 
@@ -126,7 +124,7 @@ class ToolExecutor:
         # Made once: a run has one event loop (rlfcore.runloop), which they bind to on first wait.
         self._global = asyncio.Semaphore(self.config.max_concurrency)
         self._per_tool: dict[tuple[str | None, str], asyncio.Semaphore] = {}
-        self._cache: OrderedDict[_CacheKey, _Outcome] = OrderedDict()
+        self._cache: LRUCache[_CacheKey, _Outcome] = LRUCache(maxsize=self.config.cache_size)
         self._in_flight: dict[_CacheKey, asyncio.Task[_Outcome]] = {}
         self.overrunning = 0
         """Calls answered with a timeout whose thread or task still runs (and holds its slots)."""
@@ -154,7 +152,7 @@ class ToolExecutor:
             elif tool is None:
                 available = ", ".join(sorted(tools)) or "none"
                 outcome = _Outcome(f"Error: unknown tool {call.name!r}; available tools: {available}", "unknown_tool")
-            elif (problem := _schema_problem(tool, call.arguments)) is not None:
+            elif (problem := argument_problems(tool.parameters, call.arguments)) is not None:
                 outcome = _Outcome(f"Error: invalid arguments for tool {tool.name!r}: {problem}", "schema")
             else:
                 arguments = call.arguments
@@ -191,9 +189,9 @@ class ToolExecutor:
         model_args = {k: v for k, v in arguments.items() if k != SESSION} if tool.takes_session else arguments
         canonical = json.dumps(model_args, sort_keys=True, ensure_ascii=True, separators=(",", ":"))
         key = (tool.plugin, tool.name, session, canonical)
-        if key in self._cache:
-            self._cache.move_to_end(key)
-            return self._cache[key], True
+        kept = self._cache.get(key)
+        if kept is not None:
+            return kept, True
         task = self._in_flight.get(key)
         hit = task is not None
         if task is None:
@@ -205,8 +203,6 @@ class ToolExecutor:
                 if done.cancelled() or done.exception() is not None or done.result().error is not None:
                     return
                 self._cache[key] = _Outcome(self._cut(done.result().content), cut=True)
-                while len(self._cache) > self.config.cache_size:
-                    self._cache.popitem(last=False)
 
             task.add_done_callback(keep_success)
         # Shielded: one caller being cancelled must not cancel the run that others wait for.
@@ -229,7 +225,7 @@ class ToolExecutor:
             except asyncio.TimeoutError:
                 return _Outcome(f"Error: tool {tool.name!r} timed out after {float(timeout)!r} s", "timeout")
             except Exception as exc:
-                raised = exc.__cause__ if isinstance(exc, (_OwnTimeout, _Raised)) and exc.__cause__ else exc
+                raised = exc.__cause__ if isinstance(exc, (_OwnTimeout, Raised)) and exc.__cause__ else exc
                 log.debug("tool %r raised", tool.name, exc_info=raised)
                 trace = "".join(traceback.format_exception(type(raised), raised, raised.__traceback__))
                 return _Outcome(
@@ -256,7 +252,7 @@ class ToolExecutor:
         if tool.is_async:
             run.watch(asyncio.ensure_future(_guarded(self._call(tool, arguments))))
         else:  # no task: the thread's answer settles the call's future on the loop
-            _start_in_thread(tool.fn, arguments, run.settle)
+            start_in_thread(tool.fn, arguments, run.settle)
         timer = asyncio.get_running_loop().call_later(timeout, run.expire)
         try:
             return await run.answer
@@ -390,113 +386,28 @@ class _OwnTimeout(Exception):
     """Carries a TimeoutError the tool raised itself, so it is not mistaken for the executor's timeout."""
 
 
-class _Raised(Exception):
-    """Carries a ``BaseException`` a tool raised (``SystemExit``, ``KeyboardInterrupt``, its own
-    ``CancelledError``), which would otherwise end the task, the event loop or the process."""
-
-
 class _NoSlot(Exception):
     """No slot came free within the call's timeout while overrunning calls held slots."""
 
 
 async def _guarded(call: Coroutine[Any, Any, Any]) -> Any:
-    """``await call``, with anything but the cancellation of this task turned into :class:`_Raised`."""
+    """``await call``, with anything but the cancellation of this task turned into :class:`Raised`."""
     task = asyncio.current_task()
     try:
         return await call
     except asyncio.CancelledError as exc:
         if task is not None and _cancel_requested(task):
             raise
-        raise _Raised() from exc
+        raise Raised() from exc
     except Exception:
         raise
     except BaseException as exc:
-        raise _Raised() from exc
+        raise Raised() from exc
 
 
 def _cancel_requested(task: asyncio.Task[Any]) -> bool:
     cancelling: Callable[[], int] | None = getattr(task, "cancelling", None)  # Python 3.11+
     return True if cancelling is None else cancelling() > 0
-
-
-_VALIDATORS: dict[int, tuple[dict[str, Any], Any, Callable[[Any], bool] | None]] = {}
-_MAX_VALIDATORS = 1024
-
-
-def _validator(schema: dict[str, Any]) -> tuple[Any, Callable[[Any], bool] | None]:
-    """One validator per schema object, built once: building one costs more than validating a call;
-    with it the schema's quick check, if it has one."""
-    entry = _VALIDATORS.get(id(schema))
-    if entry is None or entry[0] is not schema:  # the schema is held, so its id is not reused meanwhile
-        if len(_VALIDATORS) >= _MAX_VALIDATORS:
-            _VALIDATORS.clear()
-        entry = (schema, jsonschema.validators.validator_for(schema)(schema), _quick_check(schema))
-        _VALIDATORS[id(schema)] = entry
-    return entry[1], entry[2]
-
-
-_QUICK_TYPES: dict[str, tuple[type, ...]] = {
-    "string": (str,),
-    "number": (int, float),
-    "integer": (int,),
-    "boolean": (bool,),
-    "null": (type(None),),
-}
-"""The exact Python types a quick check accepts for each JSON type (anything else, ``1.0`` for an
-integer or a ``str`` subclass, is left to jsonschema)."""
-_QUICK_OBJECT_KEYS = {"type", "properties", "required", "additionalProperties", "title", "description"}
-_QUICK_PROPERTY_KEYS = {"type", "default", "title", "description"}
-
-
-def _quick_check(schema: dict[str, Any]) -> Callable[[Any], bool] | None:
-    """For the schema ``@tool`` writes for scalar arguments (an object of typed properties, some
-    required, maybe no others), a check that says True only of arguments jsonschema accepts, in a
-    few dict lookups; ``None`` for any other schema. A False goes to jsonschema, which finds the errors."""
-    if set(schema) - _QUICK_OBJECT_KEYS or schema.get("type") != "object":
-        return None
-    properties, required = schema.get("properties", {}), schema.get("required", [])
-    closed = schema.get("additionalProperties", True)
-    if not isinstance(properties, dict) or not isinstance(required, list) or not isinstance(closed, bool):
-        return None
-    types: dict[str, tuple[type, ...]] = {}
-    for name, prop in properties.items():
-        kind = prop.get("type") if isinstance(prop, dict) else None
-        if not isinstance(kind, str) or kind not in _QUICK_TYPES or set(prop) - _QUICK_PROPERTY_KEYS:
-            return None
-        types[name] = _QUICK_TYPES[kind]
-    need = tuple(required)
-
-    def check(arguments: Any) -> bool:
-        if type(arguments) is not dict:
-            return False
-        for name in need:  # a loop, not all() over a generator: this runs on every call
-            if name not in arguments:
-                return False
-        for name, value in arguments.items():
-            allowed = types.get(name)
-            if allowed is None:
-                if closed is False:
-                    return False
-            elif type(value) not in allowed:
-                return False
-        return True
-
-    return check
-
-
-def _schema_problem(tool: Tool, arguments: Any) -> str | None:
-    """Every way ``arguments`` breaks the tool's schema, each naming its argument; ``None`` if valid."""
-    validator, quick = _validator(tool.parameters)
-    if quick is not None and quick(arguments):
-        return None
-    errors = sorted(validator.iter_errors(arguments), key=jsonschema.exceptions.relevance)
-    if not errors:
-        return None
-    parts = []
-    for error in errors:
-        path = ".".join(str(p) for p in error.absolute_path)
-        parts.append(f"argument {path!r}: {error.message}" if path else error.message)
-    return "; ".join(parts)
 
 
 def _render(value: Any) -> str:
@@ -505,176 +416,3 @@ def _render(value: Any) -> str:
     if isinstance(value, (dict, list)):
         return json.dumps(value, ensure_ascii=False, default=str)
     return str(value)
-
-
-class _Workers:
-    """Threads for sync tools, kept for the next call once a call ends, a new one started whenever
-    none is free: a tool stuck past its timeout holds its own thread and nothing else, as a fresh
-    thread per call would, without a thread start on every call (the largest part of the loop's CPU
-    per call in benchmarks/loop_scheduling.py). A thread idle for ``IDLE_S`` ends.
-
-    ``_thread``, not ``threading.Thread``: threading's ``start()`` blocks the event loop until the new
-    thread runs (about 1 ms each under load, measured in benchmarks/loop_scheduling.py); these threads
-    are not joined at exit either, like daemon threads."""
-
-    IDLE_S = 10.0
-
-    def __init__(self) -> None:
-        self._lock = _thread.allocate_lock()
-        self._idle: list[_Worker] = []
-
-    def submit(self, job: _Job) -> None:
-        with self._lock:
-            worker = self._idle.pop() if self._idle else None
-        if worker is None:
-            _thread.start_new_thread(_Worker(self, job).serve, ())
-            return
-        worker.job = job
-        worker.go.release()
-
-    def forget(self) -> None:
-        """In a forked child: the parent's threads are not there."""
-        self._lock = _thread.allocate_lock()
-        self._idle = []
-
-    def offer(self, worker: _Worker) -> None:
-        """``worker`` is free for the next call (before it hands its answer over, so the call that
-        answer lets go on finds it free)."""
-        with self._lock:
-            self._idle.append(worker)
-
-    def rest(self, worker: _Worker) -> bool:
-        """Wait for the next call; False when none came in ``IDLE_S`` and the worker should end."""
-        if worker.go.acquire(timeout=self.IDLE_S):
-            return True
-        with self._lock:
-            if worker in self._idle:
-                self._idle.remove(worker)
-                return False
-        worker.go.acquire()  # taken by a call as the wait ran out: its job is on the way
-        return True
-
-
-_Job = Callable[[], Callable[[], None]]
-"""A call to run in a worker thread; it returns how to hand its answer over."""
-
-
-class _Worker:
-    def __init__(self, pool: _Workers, job: _Job):
-        self.pool = pool
-        self.job: _Job | None = job
-        self.go = _thread.allocate_lock()
-        self.go.acquire()
-
-    def serve(self) -> None:
-        while True:
-            self._run()
-            if not self.pool.rest(self):
-                return
-
-    def _run(self) -> None:
-        """The job, let go of once it ran (it holds the call's loop, arguments and answer)."""
-        job, self.job = self.job, None
-        hand_over = job() if job is not None else None  # never raises: every outcome is an answer
-        self.pool.offer(self)
-        if hand_over is not None:
-            hand_over()
-
-
-class _Inbox:
-    """Sync tools' answers for one event loop, handed over in batches: the answers that arrive
-    before the loop gets to them cost one wake-up of the loop together, not one each."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop):
-        self.loop = loop
-        self.answers: deque[tuple[Callable[[bool, Any], None], bool, Any]] = deque()
-        self.woken = False
-
-    def put(self, settle: Callable[[bool, Any], None], ok: bool, value: Any) -> None:
-        """From a tool's thread."""
-        self.answers.append((settle, ok, value))
-        if not self.woken:  # two threads may both wake the loop: the second finds nothing left
-            self.woken = True
-            self.loop.call_soon_threadsafe(self.deliver)
-
-    def deliver(self) -> None:
-        """On the loop: every answer there is, including any that arrive meanwhile."""
-        self.woken = False
-        while self.answers:
-            settle, ok, value = self.answers.popleft()
-            try:
-                settle(ok, value)
-            except Exception as exc:  # as the loop reports a failing callback, and on to the next
-                self.loop.call_exception_handler({"message": "settling a tool's answer failed", "exception": exc})
-
-
-_INBOXES: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Inbox] = weakref.WeakKeyDictionary()
-
-
-def _inbox(loop: asyncio.AbstractEventLoop) -> _Inbox:
-    inbox = _INBOXES.get(loop)
-    if inbox is None:
-        inbox = _INBOXES[loop] = _Inbox(loop)
-    return inbox
-
-
-_WORKERS = _Workers()
-os.register_at_fork(after_in_child=_WORKERS.forget)
-
-
-def _start_in_thread(fn: Any, arguments: dict[str, Any], answer: Callable[[bool, Any], None]) -> None:
-    """Run ``fn(**arguments)`` in a worker thread; ``answer(ok, value)`` is called on the running loop
-    when it ends (``ok`` False: ``value`` is what it raised, a ``BaseException`` wrapped in
-    :class:`_Raised`)."""
-    context = contextvars.copy_context()
-
-    def work() -> Callable[[], None]:
-        ok: bool
-        value: Any
-        try:
-            ok, value = True, context.run(fn, **arguments)
-        except Exception as exc:  # handed to the awaiting coroutine, which turns it into a result
-            ok, value = False, exc
-        except BaseException as exc:  # sys.exit() in a tool must not end the run
-            wrapped = _Raised()
-            wrapped.__cause__ = exc
-            ok, value = False, wrapped
-
-        def hand_over() -> None:
-            try:
-                inbox.put(answer, ok, value)
-            except RuntimeError:  # the loop closed while the tool ran
-                pass
-
-        return hand_over
-
-    inbox = _inbox(asyncio.get_running_loop())
-    _WORKERS.submit(work)
-
-
-async def _in_thread(fn: Any, arguments: dict[str, Any], name: str) -> Any:
-    """Run ``fn`` in a thread of its own: one stuck past its timeout cannot block a pool or the exit.
-
-    Cancelled, it ends at once: Python cannot stop the thread, which is left running (``name`` says
-    whose it is in the warning) and whose late answer is dropped. Waiting for it here would make a
-    hung plugin hold up the close of the run's loop for ever."""
-    future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-
-    def settle(ok: bool, value: Any) -> None:
-        if not future.done():
-            if ok:
-                future.set_result(value)
-            else:
-                future.set_exception(value)
-
-    _start_in_thread(fn, arguments, settle)
-    try:
-        return await future
-    except asyncio.CancelledError:
-        if future.cancelled():  # not answered yet: the thread still runs
-            log.warning(
-                "%s: still running in its thread when cancelled (the run is ending); Python cannot stop a thread, "
-                "so it is left running and the run goes on without it",
-                name,
-            )
-        raise

@@ -42,7 +42,7 @@ def test_quick_check_accepts_only_what_jsonschema_accepts():
     never True wrongly: checked against jsonschema on seeded random mixes of awkward values."""
     import random
 
-    from rlfcore.executor import _quick_check
+    from rlfcore.schemas import quick_check
 
     open_schema = {
         "type": "object",
@@ -59,7 +59,7 @@ def test_quick_check_accepts_only_what_jsonschema_accepts():
     rng = random.Random(0)
     checked = 0
     for schema in (open_schema, closed):
-        quick = _quick_check(schema)
+        quick = quick_check(schema)
         assert quick is not None
         validator = jsonschema.validators.validator_for(schema)(schema)
         names = [*schema["properties"], "extra"]
@@ -70,9 +70,9 @@ def test_quick_check_accepts_only_what_jsonschema_accepts():
                 checked += 1
         assert not quick("not an object") and not quick({})
     assert checked > 20  # it does accept valid calls (the point of it)
-    assert _quick_check({**open_schema, "minProperties": 1}) is None  # any other keyword: jsonschema only
-    assert _quick_check({"type": "object", "properties": {"a": {"type": ["string", "null"]}}}) is None
-    assert _quick_check({"type": "object", "properties": {"a": {"type": "string", "enum": ["x"]}}}) is None
+    assert quick_check({**open_schema, "minProperties": 1}) is None  # any other keyword: jsonschema only
+    assert quick_check({"type": "object", "properties": {"a": {"type": ["string", "null"]}}}) is None
+    assert quick_check({"type": "object", "properties": {"a": {"type": "string", "enum": ["x"]}}}) is None
 
 
 async def test_quick_checked_calls_still_report_every_bad_argument():
@@ -87,3 +87,26 @@ async def test_quick_checked_calls_still_report_every_bad_argument():
         "argument 'a': True is not of type 'integer'" in results[1].content
         and "'c' was unexpected" in results[1].content
     )
+
+
+def test_a_schema_in_use_keeps_its_validator_while_many_others_come_and_go(monkeypatch):
+    """The validators are kept least-recently-used first out: a run whose tools have more schemas
+    than are kept still builds its busy tool's validator once (before: all were dropped at once
+    when the table filled, the busy one with them)."""
+    from rlfcore.schemas import argument_problems
+
+    built: list[object] = []
+    real = jsonschema.validators.validator_for
+
+    def counting(schema, *args, **kwargs):
+        built.append(schema)
+        return real(schema, *args, **kwargs)
+
+    monkeypatch.setattr(jsonschema.validators, "validator_for", counting)
+    busy = {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}
+    others = [{"type": "object", "properties": {f"p{i}": {"type": "string"}}} for i in range(3000)]
+    for other in others:
+        assert argument_problems(other, {}) is None
+        assert argument_problems(busy, {"x": "one"}) == "argument 'x': 'one' is not of type 'integer'"
+    assert sum(schema is busy for schema in built) == 1
+    assert sum(schema is others[0] for schema in built) == 1
