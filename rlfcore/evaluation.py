@@ -21,7 +21,7 @@ from rlfcore.diagnostics import trajectory_warnings
 from rlfcore.engines.base import Engine
 from rlfcore.engines.chat import ChatEngine
 from rlfcore.failures import error_causes
-from rlfcore.loop import Rollout, Trajectory
+from rlfcore.loop import Rollout, Trajectory, TurnLoop
 from rlfcore.rewards import RewardPipeline
 from rlfcore.runtime import Runtime
 from rlfcore.surrogates import json_line
@@ -65,7 +65,7 @@ async def evaluate(
 
     A chat engine runs the message loop (:mod:`rlfcore.chatloop`, no tokenizer); any other engine the
     token loop, which needs ``tokenizer``."""
-    rollout: Rollout | None = chat_rollout(runtime, engine)
+    rollout: TurnLoop[Any] | None = chat_rollout(runtime, engine)
     if rollout is None:
         if tokenizer is None:
             raise ValueError("a token engine needs the model's tokenizer (model.path or model.tokenizer)")

@@ -10,27 +10,35 @@ a trajectory waiting on a tool never holds up another's generation.
 An observation may instead be raw text that continues the assistant's turn (:func:`continuation`,
 Search-R1's ``<information>`` block after a stop at ``</search>``): it is encoded on its own, and
 the assistant message grows by the generated and the observed text.
+
+A trajectory is a walk through named states (:class:`State`, as verl's agent loop names its own):
+the prompt, then per turn generate → parse → invoke → observe. One method,
+:meth:`TurnLoop.stop_reason`, asked before every step, decides whether and how it ends; the chat
+loop (:mod:`rlfcore.chatloop`) shares it and brings its own generate, parse and observe steps.
 """
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import contextlib
 import gc
+import threading
 import time
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from enum import Enum
+from typing import Any, Generic, Literal, NamedTuple, TypeVar
 
 from rlfcore.chat import ChatTokenizer, reads_reasoning
 from rlfcore.context import TurnContext
 from rlfcore.data import Row
-from rlfcore.engines.base import Engine, SamplingParams
+from rlfcore.engines.base import Engine, Generation, SamplingParams
 from rlfcore.runtime import Runtime
 from rlfcore.sequences import REASONING_DROPPED, RolloutTokens, SequenceBuilder, differs_in_reasoning_only
 from rlfcore.sessions import TrajectorySessions
-from rlfcore.types import Message, ToolCall, ToolResult
+from rlfcore.types import Message, ToolCall
 
 StopReason = Literal[
     "answer",
@@ -42,14 +50,6 @@ StopReason = Literal[
     "max_response_tokens",
     "error",
 ]
-
-
-def length_stop(budget: int, room_total: int, room_response: int) -> StopReason:
-    """Which limit a turn that generated its whole ``budget`` ran into: the trajectory's total or
-    response tokens, else the turn's own ``rollout.sampling.max_tokens``."""
-    if budget == room_total:
-        return "max_total_tokens"
-    return "max_response_tokens" if budget == room_response else "max_tokens"
 
 
 @dataclass
@@ -139,21 +139,101 @@ class Trajectory:
         return out
 
 
-class Rollout:
-    """Runs trajectories of dataset rows through an engine, with the run's plugins."""
+class State(Enum):
+    """Where a trajectory stands: the step it takes next. The steps run in a fixed cycle (prompt, then
+    generate → parse → invoke → observe per turn); :meth:`TurnLoop.stop_reason`, asked before every
+    step, is the only way out of it."""
 
-    def __init__(self, runtime: Runtime, engine: Engine, tokenizer: ChatTokenizer, tokens: RolloutTokens | None = None):
+    PROMPT = "prompt"
+    """Render the prompt."""
+    GENERATE = "generate"
+    """One assistant turn from the engine."""
+    PARSE = "parse"
+    """Read the turn's calls; its assistant message joins the conversation."""
+    INVOKE = "invoke"
+    """Run the calls and build their observation, not yet part of the trajectory."""
+    OBSERVE = "observe"
+    """The observation joins the trajectory; the next turn follows."""
+
+
+class Room(NamedTuple):
+    """Tokens a trajectory may still take: against ``rollout.max_response_tokens`` and against
+    ``rollout.max_total_tokens`` (``None`` where the loop does not count them: a chat API's)."""
+
+    response: int
+    total: int | None
+
+    @property
+    def least(self) -> int:
+        return self.response if self.total is None else min(self.response, self.total)
+
+    @property
+    def tighter(self) -> StopReason:
+        """The limit with less room; the response's on a tie."""
+        return "max_response_tokens" if self.total is None or self.response <= self.total else "max_total_tokens"
+
+
+_NOT_YET = Room(0, 0)
+"""A trajectory's room before its first turn is measured."""
+
+LENGTH_LIMITS: frozenset[StopReason] = frozenset({"max_tokens", "max_total_tokens", "max_response_tokens"})
+"""The stop reasons of a trajectory that a length limit cut (``Trajectory.truncated``)."""
+
+
+def length_stop(budget: int, room: Room) -> StopReason:
+    """Which limit a turn that generated its whole ``budget`` ran into, given the ``room`` it had: the
+    trajectory's total or response tokens, else the turn's own ``rollout.sampling.max_tokens``."""
+    if budget == room.total:
+        return "max_total_tokens"
+    return "max_response_tokens" if budget == room.response else "max_tokens"
+
+
+@dataclass(eq=False, slots=True)
+class Progress:
+    """How far one trajectory has come: what each step leaves for the next and for the stop rule."""
+
+    traj: Trajectory
+    ctx: TurnContext
+    schemas: list[dict[str, Any]]
+    """The listed tools' schemas, as the prompt shows them."""
+    budget: int = 0
+    """The last turn's token budget."""
+    before: Room = _NOT_YET
+    """The room the trajectory had before the last turn."""
+    cut: bool = False
+    """The last turn ran into its budget (``finish_reason == "length"``); it is not parsed."""
+    calls: list[ToolCall] = field(default_factory=list)
+    """The last turn's calls."""
+    observation: list[Message] = field(default_factory=list)
+    """What ``build_observation`` made of the last turn's results."""
+    observed: int | None = None
+    """Tokens the observation adds to the response once it joins (net of a dropped end-of-turn token);
+    ``None`` where observation tokens are not counted (a chat API's)."""
+    continued: bool = False
+    """An observation continued the assistant's turn as raw text (no full rendering to check against)."""
+
+
+P = TypeVar("P", bound=Progress)
+
+
+class TurnLoop(abc.ABC, Generic[P]):
+    """Runs trajectories of dataset rows through an engine, with the run's plugins: grouping,
+    concurrency, sessions, tool calls and the stop rule. How a turn is generated, read and followed by
+    its observation is the subclass's (:class:`Rollout` on token ids, ``ChatRollout`` on messages)."""
+
+    def __init__(self, runtime: Runtime):
         self.runtime = runtime
-        self.engine = engine
-        self.tok = tokenizer
         self.cfg = runtime.config.rollout
-        self.seq: RolloutTokens = tokens or SequenceBuilder(tokenizer)
-        """Prompt and observation tokens; a backend may bring its own (verl's continuous-token builders)."""
         self.seed: int | None = runtime.config.rollout.sampling.seed
         """Base of the per-sample sampling seeds; the trainer sets a new one each step."""
         self._gate: asyncio.Semaphore | None = None
-        self.reasoning = reads_reasoning(tokenizer)
-        """Whether turns' ``<think>`` blocks are recorded as ``reasoning_content`` (the template reads it)."""
+        self._steps: dict[State, Callable[[P], Awaitable[State]]] = {
+            State.PROMPT: self._prompt,
+            State.GENERATE: self._generate,
+            State.PARSE: self._parse,
+            State.INVOKE: self._invoke,
+            State.OBSERVE: self._observe,
+        }
 
     async def run(
         self, rows: list[Row], n: int | None = None, on_done: Callable[[Trajectory], None] | None = None
@@ -184,18 +264,8 @@ class Rollout:
 
         return list(await asyncio.gather(*(one(k) for k in range(n or self.cfg.n))))
 
-    def _checks_template(self, traj_id: str, sample: int | None) -> bool:
-        """Whether a trajectory ends with the template check. With ``group``: the group's first sample,
-        or, for a caller that runs a group's samples one by one (no ``sample``), one in ``n`` by a hash
-        of the trajectory's id."""
-        mode = self.cfg.check_template
-        if mode != "group":
-            return mode
-        return sample == 0 if sample is not None else zlib.crc32(traj_id.encode()) % self.cfg.n == 0
-
     async def trajectory(self, row: Row, traj_id: str, sample: int | None = None) -> Trajectory:
         """One trajectory of ``row``; ``sample`` is its index in its group, when the caller knows it."""
-        check_template = self._checks_template(traj_id, sample)
         env = self.runtime.env_of(row.raw or {"env": row.env, "id": row.id})
         messages = list(row.prompt)
         if self.cfg.system_prompt and not (messages and messages[0].get("role") == "system"):
@@ -219,10 +289,9 @@ class Rollout:
         try:
             await sessions.open(ctx)
             ctx.sessions = sessions.opened
-            continued = await self._turns(traj, ctx)
-            # Raw continuations are encoded piece by piece, not as a rendering of the messages.
-            if check_template and traj.response_ids and not continued:
-                traj.template_mismatch = self.check_template(traj)
+            progress = self._progress(traj, ctx, [t.schema() for t in ctx.tools.values() if t.listed])
+            await self._turns(progress)
+            self._ended(progress, sample)
         except Exception as exc:  # an engine or plugin failure ends this trajectory only
             traj.stop_reason = "error"
             traj.error = f"{type(exc).__name__}: {exc}"
@@ -232,109 +301,64 @@ class Rollout:
                 traj.session_error = "; ".join(problems)
         return traj
 
-    async def _turns(self, traj: Trajectory, ctx: TurnContext) -> bool:
-        """The turns of one trajectory; True when an observation continued the assistant's turn."""
-        schemas = [t.schema() for t in ctx.tools.values() if t.listed]
-        traj.prompt_ids = self.seq.prompt_ids(traj.messages, schemas)
-        if len(traj.prompt_ids) >= self.cfg.max_total_tokens:
-            traj.stop_reason, traj.truncated = "max_total_tokens", True
-            traj.error = (
-                f"prompt has {len(traj.prompt_ids)} tokens, rollout.max_total_tokens is {self.cfg.max_total_tokens}"
+    async def _turns(self, p: P) -> None:
+        """The trajectory's steps, in their cycle, until :meth:`stop_reason` ends it."""
+        state = State.PROMPT
+        while (reason := self.stop_reason(state, p)) is None:
+            state = await self._steps[state](p)
+        p.traj.stop_reason, p.traj.truncated = reason, reason in LENGTH_LIMITS
+        if reason == "max_total_tokens" and not p.traj.num_turns:
+            p.traj.error = (
+                f"prompt has {len(p.traj.prompt_ids)} tokens, rollout.max_total_tokens is {self.cfg.max_total_tokens}"
             )
-            return False
-        eos = set(self.tok.eos_token_ids)
-        inline: str | None = None
-        """The assistant turn's text so far while observations continue it, else None."""
-        continued = False
-        for turn in range(self.cfg.max_turns):
-            ctx.turn = turn
-            room_response = self.cfg.max_response_tokens - len(traj.response_ids)
-            room_total = self.cfg.max_total_tokens - len(traj.prompt_ids) - len(traj.response_ids)
-            budget = min(self.cfg.sampling.max_tokens, room_response, room_total)
-            if budget <= 0:
-                traj.stop_reason = "max_response_tokens" if room_response <= room_total else "max_total_tokens"
-                traj.truncated = True
-                return continued
-            params = SamplingParams.from_config(self.cfg.sampling, self.tok.eos_token_ids)
-            params.max_tokens = budget
-            if self.seed is not None:  # one seed per sample and turn: a group must not repeat itself
-                params.seed = zlib.crc32(f"{self.seed}/{traj.id}/{turn}".encode())
-            t0 = time.perf_counter()
-            gen = await self.engine.generate(traj.prompt_ids + traj.response_ids, params, request_id=traj.id)
-            traj.generate_s += time.perf_counter() - t0
-            traj.num_turns += 1
-            traj.response_ids += gen.token_ids
-            traj.response_mask += [1] * len(gen.token_ids)
-            traj.logprobs += gen.logprobs if gen.logprobs is not None else [0.0] * len(gen.token_ids)
-            body = gen.token_ids[:-1] if gen.token_ids and gen.token_ids[-1] in eos else gen.token_ids
-            text = self.tok.decode(body)
-            if inline is not None:  # the turn an observation continued: one assistant message grows
-                traj.messages.pop()
-            if gen.finish_reason == "length":
-                traj.messages.append({"role": "assistant", "content": text if inline is None else inline + text})
-                traj.truncated = True
-                traj.stop_reason = length_stop(budget, room_total, room_response)
-                return continued
-            calls = await self.runtime.call_first("parse_tool_calls", traj.env, text=text, ctx=ctx) or []
-            message = _assistant_message(text, calls, self.reasoning)
-            if inline is not None:
-                message["content"] = inline + text
-            traj.messages.append(message)
-            if not calls:
-                traj.stop_reason = "answer" if traj.tool_calls else "no_tool_call"
-                return continued
-            if self.cfg.unreadable_calls == "stop" and any(c.error for c in calls):
-                traj.stop_reason = "unreadable_call"  # as verl's and TRL's tool loops end such a turn
-                return continued
-            if turn == self.cfg.max_turns - 1:
-                traj.stop_reason = "max_turns"
-                return continued
-            results = await self._invoke(calls, ctx, traj)
-            observation = await self.runtime.call_first("build_observation", traj.env, results=results, ctx=ctx)
-            observation = observation or []
-            raw = _continuation_text(observation)
-            if raw is not None:  # raw text in the same turn; a generated end-of-turn token goes
-                drop, obs_ids = int(bool(gen.token_ids) and gen.token_ids[-1] in eos), self.tok.encode(raw)
-            else:
-                drop, obs_ids = self.seq.context_ids(
-                    traj.prompt_ids + traj.response_ids, traj.messages, traj.messages + observation, schemas
-                )
-            if drop > len(gen.token_ids):
-                raise RuntimeError(
-                    f"the token builder dropped {drop} tokens, more than the {len(gen.token_ids)} just generated"
-                )
-            kept = len(traj.response_ids) - drop
-            if kept + len(obs_ids) > self.cfg.max_response_tokens:
-                traj.stop_reason, traj.truncated = "max_response_tokens", True
-                return continued
-            if len(traj.prompt_ids) + kept + len(obs_ids) > self.cfg.max_total_tokens:
-                traj.stop_reason, traj.truncated = "max_total_tokens", True
-                return continued
-            if raw is not None:
-                inline = (inline or "") + text + raw
-                traj.messages[-1] = {
-                    "role": "assistant",
-                    "content": inline,
-                }  # the model wrote plain text, no call record
-                continued = True
-            else:
-                traj.messages.extend(observation)
-                inline = None
-            del traj.response_ids[kept:], traj.response_mask[kept:], traj.logprobs[kept:]
-            traj.response_ids += obs_ids
-            traj.response_mask += [0] * len(obs_ids)
-            traj.logprobs += [0.0] * len(obs_ids)
-        traj.stop_reason = "max_turns"
-        return continued
 
-    async def _invoke(self, calls: list[ToolCall], ctx: TurnContext, traj: Trajectory) -> list[ToolResult]:
+    def stop_reason(self, state: State, p: P) -> StopReason | None:
+        """How the trajectory ends before it takes the step ``state``, or None while it goes on: the
+        one place that decides how trajectories end (an engine or plugin failure aside)."""
+        if state is State.GENERATE:  # room for one more token?
+            room = self.room(p)
+            if room.least <= 0:
+                return room.tighter
+        elif state is State.INVOKE:  # the turn just read
+            if p.cut:
+                return length_stop(p.budget, p.before)
+            if not p.calls:
+                return "answer" if p.traj.tool_calls else "no_tool_call"
+            if self.cfg.unreadable_calls == "stop" and any(c.error for c in p.calls):
+                return "unreadable_call"  # as verl's and TRL's tool loops end such a turn
+            if p.traj.num_turns == self.cfg.max_turns:  # its calls are not run
+                return "max_turns"
+        elif state is State.OBSERVE and p.observed is not None:  # does the observation fit?
+            room = self.room(p)
+            if room.response < p.observed:
+                return "max_response_tokens"
+            if room.total is not None and room.total < p.observed:
+                return "max_total_tokens"
+        return None
+
+    def _sampling(self, p: P, stop_token_ids: list[int]) -> SamplingParams:
+        """The next turn's sampling: its budget (kept with the room it had, for :func:`length_stop`)
+        and its seed."""
+        turn = p.ctx.turn = p.traj.num_turns
+        p.before = self.room(p)
+        p.budget = min(self.cfg.sampling.max_tokens, p.before.least)
+        params = SamplingParams.from_config(self.cfg.sampling, stop_token_ids)
+        params.max_tokens = p.budget
+        if self.seed is not None:  # one seed per sample and turn: a group must not repeat itself
+            params.seed = zlib.crc32(f"{self.seed}/{p.traj.id}/{turn}".encode())
+        return params
+
+    async def _invoke(self, p: P) -> State:
+        """INVOKE: the turn's calls through ``invoke_tools``, counted, and ``build_observation``'s
+        messages of their results."""
+        traj, ctx = p.traj, p.ctx
         t0 = time.perf_counter()
-        results = await self.runtime.call_first("invoke_tools", traj.env, calls=calls, ctx=ctx)
+        results = await self.runtime.call_first("invoke_tools", traj.env, calls=p.calls, ctx=ctx)
         traj.tools_s += time.perf_counter() - t0
-        if not isinstance(results, list) or len(results) != len(calls):
+        if not isinstance(results, list) or len(results) != len(p.calls):
             got = len(results) if isinstance(results, list) else type(results).__name__
-            raise RuntimeError(f"invoke_tools returned {got} results for {len(calls)} calls")
-        traj.tool_calls += len(calls)
+            raise RuntimeError(f"invoke_tools returned {got} results for {len(p.calls)} calls")
+        traj.tool_calls += len(p.calls)
         for r in results:
             if r.error:
                 traj.tool_errors += 1
@@ -343,7 +367,152 @@ class Rollout:
                 traj.tool_tracebacks.append(
                     {"turn": ctx.turn, "call_id": r.call_id, "tool": r.name, "traceback": r.traceback}
                 )
-        return results
+        p.observation = await self.runtime.call_first("build_observation", traj.env, results=results, ctx=ctx) or []
+        return State.OBSERVE
+
+    @abc.abstractmethod
+    def _progress(self, traj: Trajectory, ctx: TurnContext, schemas: list[dict[str, Any]]) -> P:
+        """A new trajectory's progress record."""
+
+    @abc.abstractmethod
+    def room(self, p: P) -> Room:
+        """The tokens the trajectory may still take, as the loop counts them."""
+
+    @abc.abstractmethod
+    async def _prompt(self, p: P) -> State:
+        """PROMPT: the conversation so far, as the engine reads it."""
+
+    @abc.abstractmethod
+    async def _generate(self, p: P) -> State:
+        """GENERATE: one turn within :meth:`_sampling`'s budget; ``p.cut`` when it ran into it."""
+
+    @abc.abstractmethod
+    async def _parse(self, p: P) -> State:
+        """PARSE: ``p.calls`` of the turn (none when it was cut), its assistant message appended."""
+
+    @abc.abstractmethod
+    async def _observe(self, p: P) -> State:
+        """OBSERVE: ``p.observation`` joins the trajectory."""
+
+    def _ended(self, p: P, sample: int | None) -> None:
+        """After the last step, while the sessions are still open."""
+
+
+@dataclass(eq=False, slots=True)
+class TokenProgress(Progress):
+    """The token loop's progress: the last generation and the observation's tokens."""
+
+    gen: Generation = field(default_factory=lambda: Generation([], None, "stop"))
+    text: str = ""
+    """The last turn's text, without its end-of-turn token."""
+    inline: str | None = None
+    """The assistant turn's text so far while raw observations continue it, else None."""
+    raw: str | None = None
+    """The observation's raw text when it continues the assistant's turn (:func:`continuation`)."""
+    drop: int = 0
+    """Tokens at the end of the last generation the observation replaces (an end-of-turn token)."""
+    obs_ids: list[int] = field(default_factory=list)
+
+
+class Rollout(TurnLoop[TokenProgress]):
+    """The token loop: one sequence of token ids per trajectory, kept exact across turns."""
+
+    def __init__(self, runtime: Runtime, engine: Engine, tokenizer: ChatTokenizer, tokens: RolloutTokens | None = None):
+        super().__init__(runtime)
+        self.engine = engine
+        self.tok = tokenizer
+        self.seq: RolloutTokens = tokens or SequenceBuilder(tokenizer)
+        """Prompt and observation tokens; a backend may bring its own (verl's continuous-token builders)."""
+        self.reasoning = reads_reasoning(tokenizer)
+        """Whether turns' ``<think>`` blocks are recorded as ``reasoning_content`` (the template reads it)."""
+        self._eos = set(tokenizer.eos_token_ids)
+
+    def _progress(self, traj: Trajectory, ctx: TurnContext, schemas: list[dict[str, Any]]) -> TokenProgress:
+        return TokenProgress(traj, ctx, schemas)
+
+    def room(self, p: TokenProgress) -> Room:
+        used = len(p.traj.response_ids)
+        return Room(self.cfg.max_response_tokens - used, self.cfg.max_total_tokens - len(p.traj.prompt_ids) - used)
+
+    async def _prompt(self, p: TokenProgress) -> State:
+        p.traj.prompt_ids = self.seq.prompt_ids(p.traj.messages, p.schemas)
+        return State.GENERATE
+
+    async def _generate(self, p: TokenProgress) -> State:
+        traj = p.traj
+        params = self._sampling(p, self.tok.eos_token_ids)
+        t0 = time.perf_counter()
+        gen = await self.engine.generate(traj.prompt_ids + traj.response_ids, params, request_id=traj.id)
+        traj.generate_s += time.perf_counter() - t0
+        traj.num_turns += 1
+        traj.response_ids += gen.token_ids
+        traj.response_mask += [1] * len(gen.token_ids)
+        traj.logprobs += gen.logprobs if gen.logprobs is not None else [0.0] * len(gen.token_ids)
+        p.gen, p.cut = gen, gen.finish_reason == "length"
+        return State.PARSE
+
+    async def _parse(self, p: TokenProgress) -> State:
+        traj, ids = p.traj, p.gen.token_ids
+        text = p.text = self.tok.decode(ids[:-1] if ids and ids[-1] in self._eos else ids)
+        if p.inline is not None:  # the turn an observation continued: one assistant message grows
+            traj.messages.pop()
+        if p.cut:
+            p.calls = []
+            traj.messages.append({"role": "assistant", "content": text if p.inline is None else p.inline + text})
+            return State.INVOKE
+        p.calls = await self.runtime.call_first("parse_tool_calls", traj.env, text=text, ctx=p.ctx) or []
+        message = _assistant_message(text, p.calls, self.reasoning)
+        if p.inline is not None:
+            message["content"] = p.inline + text
+        traj.messages.append(message)
+        return State.INVOKE
+
+    async def _invoke(self, p: TokenProgress) -> State:
+        """INVOKE, and the observation's tokens: raw text that continues the turn, encoded on its own, or
+        the token builder's rendering of the messages."""
+        state = await super()._invoke(p)
+        traj, ids = p.traj, p.gen.token_ids
+        p.raw = _continuation_text(p.observation)
+        if p.raw is not None:  # raw text in the same turn; a generated end-of-turn token goes
+            p.drop, p.obs_ids = int(bool(ids) and ids[-1] in self._eos), self.tok.encode(p.raw)
+        else:
+            p.drop, p.obs_ids = self.seq.context_ids(
+                traj.prompt_ids + traj.response_ids, traj.messages, traj.messages + p.observation, p.schemas
+            )
+        if p.drop > len(ids):
+            raise RuntimeError(f"the token builder dropped {p.drop} tokens, more than the {len(ids)} just generated")
+        p.observed = len(p.obs_ids) - p.drop
+        return state
+
+    async def _observe(self, p: TokenProgress) -> State:
+        traj = p.traj
+        if p.raw is not None:  # the model wrote plain text, no call record
+            p.inline = (p.inline or "") + p.text + p.raw
+            traj.messages[-1] = {"role": "assistant", "content": p.inline}
+            p.continued = True
+        else:
+            traj.messages.extend(p.observation)
+            p.inline = None
+        kept = len(traj.response_ids) - p.drop
+        del traj.response_ids[kept:], traj.response_mask[kept:], traj.logprobs[kept:]
+        traj.response_ids += p.obs_ids
+        traj.response_mask += [0] * len(p.obs_ids)
+        traj.logprobs += [0.0] * len(p.obs_ids)
+        return State.GENERATE
+
+    def _ended(self, p: TokenProgress, sample: int | None) -> None:
+        # Raw continuations are encoded piece by piece, not as a rendering of the messages.
+        if p.traj.response_ids and not p.continued and self._checks_template(p.traj.id, sample):
+            p.traj.template_mismatch = self.check_template(p.traj)
+
+    def _checks_template(self, traj_id: str, sample: int | None) -> bool:
+        """Whether a trajectory ends with the template check. With ``group``: the group's first sample,
+        or, for a caller that runs a group's samples one by one (no ``sample``), one in ``n`` by a hash
+        of the trajectory's id."""
+        mode = self.cfg.check_template
+        if mode != "group":
+            return mode
+        return sample == 0 if sample is not None else zlib.crc32(traj_id.encode()) % self.cfg.n == 0
 
     def check_template(self, traj: Trajectory) -> str | None:
         """Where the incremental sequence departs from a full rendering of the messages, or None.
@@ -375,6 +544,8 @@ class Rollout:
         return where
 
 
+_frozen_lock = threading.Lock()
+"""Runs may overlap, on one event loop or on several threads' loops: the count and the freeze change together."""
 _runs_frozen = 0
 _froze = False
 
@@ -387,18 +558,20 @@ def _older_objects_frozen() -> Iterator[None]:
     benchmarks/loop_scheduling.py, and a training process holds far more objects. They are handed
     back when the last run ends; a freeze someone else made is left alone."""
     global _runs_frozen, _froze
-    if _runs_frozen == 0:
-        _froze = gc.isenabled() and gc.get_freeze_count() == 0
-        if _froze:
-            gc.freeze()
-    _runs_frozen += 1
+    with _frozen_lock:
+        if _runs_frozen == 0:
+            _froze = gc.isenabled() and gc.get_freeze_count() == 0
+            if _froze:
+                gc.freeze()
+        _runs_frozen += 1
     try:
         yield
     finally:
-        _runs_frozen -= 1
-        if _runs_frozen == 0 and _froze:
-            gc.unfreeze()
-            _froze = False
+        with _frozen_lock:
+            _runs_frozen -= 1
+            if _runs_frozen == 0 and _froze:
+                gc.unfreeze()
+                _froze = False
 
 
 def _part(traj: Trajectory, index: int) -> str:

@@ -403,3 +403,81 @@ def test_rollouts_freeze_older_objects_only_while_they_run_and_leave_a_caller_s_
         assert gc.get_freeze_count() == frozen
     finally:
         gc.unfreeze()
+
+
+def test_rollouts_on_two_threads_keep_the_freeze_while_either_runs(monkeypatch):
+    import gc
+    import threading
+
+    import rlfcore.loop as loop
+
+    class SlowUnfreeze:
+        """The real gc, with an unfreeze slow enough for a run on another thread to start meanwhile."""
+
+        def __init__(self):
+            self.unfreezing = threading.Event()
+
+        def __getattr__(self, name):
+            return getattr(gc, name)
+
+        def unfreeze(self):
+            self.unfreezing.set()
+            time.sleep(0.2)
+            gc.unfreeze()
+
+    slow = SlowUnfreeze()
+    monkeypatch.setattr(loop, "gc", slow)
+    assert gc.get_freeze_count() == 0
+
+    def first_run():
+        with loop._older_objects_frozen():
+            pass
+
+    ended = threading.Thread(target=first_run)
+    ended.start()
+    assert slow.unfreezing.wait(5)
+    with loop._older_objects_frozen():  # starts while the first run is still handing the objects back
+        ended.join()
+        assert gc.get_freeze_count() > 0  # not left unfrozen by the first run's late unfreeze
+    assert gc.get_freeze_count() == 0
+
+
+class Steps(Rollout):
+    """The token loop, recording the states its stop rule is asked about."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.asked: list[str] = []
+
+    def stop_reason(self, state, p):
+        self.asked.append(state.value)
+        return super().stop_reason(state, p)
+
+
+def test_each_turn_is_generate_parse_invoke_observe_and_the_stop_rule_is_the_only_way_out():
+    runtime = make_runtime(CONFIG, {"calc": Calculator()})
+    tok = ByteChatTokenizer()
+    script = {"q": [call("add", a=1, b=2), "3"], "cut": ["y" * 300]}
+    loop = Steps(runtime, ScriptedEngine(tok, script), tok)
+    try:
+        [answered] = runtime.run(loop.run([normalize_row({"id": "q", "prompt": "1+2?"})], n=1))
+        asked_answered, loop.asked = loop.asked, []
+        [cut] = runtime.run(loop.run([normalize_row({"id": "cut", "prompt": "go on"})], n=1))
+    finally:
+        runtime.close()
+    turn = ["generate", "parse", "invoke", "observe"]
+    assert asked_answered == ["prompt", *turn, *turn[:3]] and answered.stop_reason == "answer"
+    # a cut turn is not parsed for calls; the rule ends it where it would have invoked them
+    assert loop.asked == ["prompt", *turn[:3]] and cut.stop_reason == "max_tokens" and cut.truncated
+    assert cut.messages[-1] == {"role": "assistant", "content": "y" * 256}
+
+
+def test_an_observation_that_does_not_fit_ends_the_trajectory_before_it_joins():
+    tok = ByteChatTokenizer()
+    text = call("add", a=1, b=2)
+    generated = len(tok.encode(text)) + 1  # and the end-of-turn token
+    cfg = {**CONFIG, "rollout": {"max_response_tokens": generated + 3, "sampling": {"max_tokens": 200}}}
+    [t] = rollout(cfg, [{"id": "q", "prompt": "1+2?"}], {"q": [text, "3"]}, {"calc": Calculator()})
+    assert t.stop_reason == "max_response_tokens" and t.truncated and t.num_turns == 1
+    assert t.tool_calls == 1  # the call ran; its result had no room
+    assert [m["role"] for m in t.messages] == ["user", "assistant"] and t.response_mask == [1] * generated
