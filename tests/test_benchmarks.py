@@ -150,3 +150,30 @@ def test_engine_throughput_runs_both_engines_on_the_same_workload(tmp_path):
     assert static["joins_per_run"] == 0 and static["reused_prompt_tokens_per_run"] == 0
     assert cont["reused_prompt_tokens_per_run"] > 0  # the second turns continued the first ones' caches
     assert result["ratio"]["tokens_per_s"] == cont["tokens_per_s"] / static["tokens_per_s"]
+
+
+def test_real_model_throughput_runs_every_engine_briefly_on_a_tiny_model(tmp_path):
+    from rlfcore.tinymodel import build_tiny
+
+    texts = [json.loads(line)["prompt"] for line in (ROOT / "examples/smollm2-calculator/heldout.jsonl").open()]
+    model = build_tiny(texts[:50], tmp_path / "model", vocab_size=300, hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1, intermediate_size=64)  # fmt: skip
+    out = tmp_path / "real.json"
+    args = ["--model", str(model), "--prompts", "3", "--new-tokens", "3", "--threads", "1", "--drift-rows", "2"]
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "real_model_throughput.py"), *args, "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    rlf, hf = result["results"]["rlf engine [1]"], result["results"]["transformers generate [1]"]
+    assert rlf["tokens"] == hf["tokens"] == 9 and result["exact_lengths"]
+    assert result["ratios"]["rlf / transformers generate [1]"] == rlf["tokens_per_s"] / hf["tokens_per_s"]
+    assert result["drift"]["tokens"] == 6 and 0 <= result["drift"]["mean_abs"] <= result["drift"]["max_abs"]
+    if "skipped" in result["vllm"]:  # a row that says why, never a number
+        assert "vLLM-CPU" in proc.stdout and "not measured: " + result["vllm"]["skipped"] in proc.stdout
+    else:
+        assert result["results"]["vLLM-CPU [1]"]["tokens"] == 9
+    assert "load average per run" in proc.stdout and "(goal 3.0x)" in proc.stdout

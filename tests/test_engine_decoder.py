@@ -117,3 +117,57 @@ async def test_the_engine_makes_the_same_tokens_and_logprobs_with_it(family):
         runs.append([(g.token_ids, g.logprobs) for g in gens])
         await engine.close()
     assert runs[0] == runs[1]
+
+
+def _adapted(family: str, **lora: Any) -> Any:
+    """``build(family)`` with peft LoRA adapters (random, so they change the logits), and the peft model."""
+    peft = pytest.importorskip("peft")
+    settings = {"r": 4, "lora_alpha": 8, "target_modules": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj",
+                "up_proj", "down_proj", "lm_head"], "lora_dropout": 0.1, "task_type": "CAUSAL_LM", **lora}  # fmt: skip
+    wrapped = peft.get_peft_model(build(family), peft.LoraConfig(**settings))
+    torch.manual_seed(1)
+    with torch.no_grad():
+        for name, p in wrapped.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.3)
+    return wrapped.get_base_model(), wrapped
+
+
+def _steps(engine: TransformersEngine, own: bool) -> list[torch.Tensor]:
+    """The logits of a padded prefill of PROMPTS and five greedy decode steps, through ``engine``."""
+    engine._own_forward = own
+    width = max(len(p) for p in PROMPTS)
+    ids = torch.tensor([[0] * (width - len(p)) + p for p in PROMPTS])
+    mask = (torch.arange(width)[None] >= torch.tensor([width - len(p) for p in PROMPTS])[:, None]).long()
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    steps, cache = [], None
+    engine.model.eval()
+    with torch.no_grad():
+        logits, cache = engine._forward(ids, mask, pos, cache)
+        steps.append(logits)
+        for _ in range(5):
+            mask = torch.cat([mask, mask.new_ones((len(PROMPTS), 1))], dim=1)
+            pos = pos[:, -1:] + 1
+            logits, cache = engine._forward(logits.argmax(-1)[:, None], mask, pos, cache)
+            steps.append(logits)
+    return steps
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3"])
+def test_plain_lora_layers_run_in_the_own_forward_bit_for_bit_as_peft_runs_them(family):
+    model, wrapped = _adapted(family)
+    engine = TransformersEngine(model, max_batch_size=8)
+    assert decoder.supports(model) and engine._own_forward
+    own, theirs = _steps(engine, True), _steps(engine, False)  # False: the model's forward, peft's layers
+    for a, b in zip(own, theirs):
+        assert torch.equal(a, b)
+    with wrapped.disable_adapter():  # the KL reference: adapters off, read at every call
+        base = _steps(engine, True)
+        assert all(torch.equal(a, b) for a, b in zip(base, _steps(engine, False)))
+    assert not torch.equal(base[0], own[0])  # the adapters did change the logits
+
+
+def test_other_adapters_go_through_the_models_forward():
+    assert not decoder.supports(_adapted("llama", use_dora=True)[0])  # DoRA: a LoRA variant
+    assert not decoder.supports(_adapted("llama", target_modules=["embed_tokens", "q_proj"])[0])
+    assert not decoder.supports(_adapted("qwen3", target_modules=["q_proj"], use_dora=True)[0])

@@ -516,3 +516,83 @@ def test_the_top_k_top_p_cut_keeps_what_a_full_sort_keeps(spread, top_k, top_p):
     got = TransformersEngine._filtered_probs(logp, [SamplingParams(top_k=top_k, top_p=top_p)] * 16)
     assert torch.equal(got > 0, want > 0) and torch.allclose(got, want, rtol=0, atol=0)
     assert 1 <= int((got > 0).sum(-1).min()) < vocab
+
+
+@pytest.mark.parametrize("vocab", [300, 5000, 49152, 50000])
+def test_two_level_inverse_cdf_picks_what_the_whole_cumulative_sum_does(vocab):
+    """One block for a small vocabulary, blocks of 1,024 (padded when the vocabulary is not a multiple)
+    for a large one: the same token as searching the whole cumulative sum, never one of zero mass."""
+    from rlfcore.engines.transformers import _inverse_cdf
+
+    g = torch.Generator().manual_seed(vocab)
+    probs = torch.softmax(torch.randn(64, vocab, generator=g) * 4, dim=-1)
+    probs[:, ::3] = 0.0  # filtered tokens, as top-k/top-p leave them
+    probs[0] = 0.0
+    probs[0, vocab // 2 + 1] = 1.0  # all the mass on one token
+    u = torch.rand(64, generator=g)
+    u[1], u[2] = 0.0, 1.0 - 2**-24  # the edges of [0, 1)
+    cdf = probs.cumsum(-1)
+    whole = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True).squeeze(1)
+    picked = _inverse_cdf(probs, u)
+    assert bool((probs.gather(1, picked[:, None]) > 0).all()) and picked[0] == vocab // 2 + 1
+    assert (picked == whole).float().mean() >= 62 / 64  # the last token or two may round the other way
+
+
+async def test_decode_steps_attend_to_whole_buffers_with_the_free_columns_masked(model):
+    """A decode step reads each layer's whole K/V buffer (contiguous: no copy in bfloat16's kernels),
+    free columns masked out: the logprobs are still those of a plain forward pass."""
+    from rlfcore.engines import kvcache
+
+    engine = TransformersEngine(model)
+    seen: list[tuple[int, int]] = []
+    widen = kvcache.widen
+
+    def spy(cache: Any, mask: torch.Tensor) -> torch.Tensor:
+        wide = widen(cache, mask)
+        layer = cache.layers[0]
+        seen.append((wide.shape[1], layer.end - layer.start))
+        assert wide.shape[1] == layer._k.shape[-2] and int(wide.sum()) == int(mask.sum())
+        return wide
+
+    kvcache.widen = spy
+    try:
+        gens = await asyncio.gather(*(engine.generate(p, GREEDY) for p in PROMPTS))
+    finally:
+        kvcache.widen = widen
+    assert len(seen) == GREEDY.max_tokens - 1 and all(cols > live + 1 for cols, live in seen)  # free columns there
+    for prompt, gen in zip(PROMPTS, gens):
+        assert gen.logprobs == pytest.approx(forward_logp(model, prompt, gen.token_ids), abs=1e-4)
+
+
+@pytest.fixture(scope="session")
+def smollm2() -> Any:
+    """The fetched SmolLM2-135M-Instruct float32 folder (built on first use, then cached per machine)."""
+    pytest.importorskip("gguf")
+    from rlfcore.models import KNOWN, fetch
+
+    return fetch(KNOWN["smollm2-135m-instruct"], "float32", say=lambda _: None)
+
+
+@pytest.mark.slow
+async def test_a_real_model_decodes_on_the_fast_path_in_bfloat16_close_to_float32(smollm2):
+    """SmolLM2 in float32 and bfloat16 engages the engine's KV cache, grouped attention and own
+    forward; the logprobs of what bfloat16 samples, teacher-forced in each dtype, drift little."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(smollm2)
+    questions = ["What is 12 * 7?", "Name a prime above 50.", "Compute 4819 / 61.", "Say hi in French."]
+    prompts = [
+        list(tok.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True, return_dict=False))
+        for q in questions
+    ]
+    models = {d: AutoModelForCausalLM.from_pretrained(smollm2, dtype=d).eval() for d in (torch.float32, torch.bfloat16)}
+    engines = {d: TransformersEngine(m, threads=1) for d, m in models.items()}
+    assert all(e._slots and e._grouped and e._own_forward for e in engines.values())
+    params = [SamplingParams(temperature=1.0, max_tokens=24, seed=i) for i in range(len(prompts))]
+    gens = await asyncio.gather(*(engines[torch.bfloat16].generate(p, s) for p, s in zip(prompts, params)))
+    deltas = []
+    for prompt, gen in zip(prompts, gens):
+        lps = [forward_logp(m, prompt, gen.token_ids) for m in models.values()]
+        deltas += [abs(a - b) for a, b in zip(*lps)]
+    assert len(deltas) == 4 * 24
+    assert sum(deltas) / len(deltas) < 0.05 and max(deltas) < 1.0, (sum(deltas) / len(deltas), max(deltas))

@@ -6,13 +6,17 @@ objects and keyword plumbing around each of a few dozen small tensor operations.
 same operations, in the same order and dtypes, on the model's own parameters (so a trainer's in-place
 updates are seen at the next step), and writes keys and values into the engine's
 :class:`~rlfcore.engines.kvcache.SlotLayer` cache: its logits are bit-for-bit those of the model's
-forward. Models it does not know, or configured beyond what it implements (scaled RoPE, other
-activations, tensor-parallel slicing, quantised or adapted layers), and models with forward hooks go
-through the model's forward.
+forward. Plain LoRA layers (peft's ``lora.Linear`` on an ``nn.Linear``, no variant such as DoRA) run
+as peft runs them, ``base(x) + lora_B(lora_A(x)) * scaling`` for each active adapter, in peft's order
+(dropout is off: the engine decodes in eval mode), so an adapted policy's logits are bit-for-bit
+peft's too. Models it does not know, or configured beyond what it implements (scaled RoPE, other
+activations, tensor-parallel slicing, quantised layers, other adapters: adapted embeddings or norms,
+DoRA), and models with forward hooks go through the model's forward.
 """
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import torch
@@ -28,22 +32,46 @@ _MLP = ("gate_proj", "up_proj", "down_proj")
 
 def supports(model: Any) -> bool:
     """Whether :func:`forward` computes exactly what ``model``'s own forward does."""
-    if type(model).__name__ not in _FAMILIES or getattr(model, "peft_config", None):  # peft adapters: any layer
+    if type(model).__name__ not in _FAMILIES:
         return False
     config = model.config
-    rotary = getattr(model.model, "rotary_emb", None)
+    inner = model.model
+    rotary = getattr(inner, "rotary_emb", None)
     linears = [
         getattr(part, name)
-        for layer in model.model.layers
+        for layer in inner.layers
         for part, names in ((layer.self_attn, _ATTENTION), (layer.mlp, _MLP))
         for name in names
+    ]
+    norms = [inner.norm] + [
+        norm
+        for layer in inner.layers
+        for norm in (layer.input_layernorm, layer.post_attention_layernorm, *_head_norms(layer.self_attn))
     ]
     return (
         getattr(config, "hidden_act", None) == "silu"
         and getattr(config, "pretraining_tp", 1) == 1
         and getattr(rotary, "rope_type", None) == "default"
         and kvcache.full_attention(model)
-        and all(type(m) is torch.nn.Linear for m in [*linears, model.lm_head])  # not quantised, not adapted
+        and type(inner.embed_tokens) is torch.nn.Embedding
+        and all(type(n).__name__.endswith("RMSNorm") for n in norms)  # the family's own, not an adapter's
+        and all(type(m) is torch.nn.Linear or _plain_lora(m) for m in [*linears, model.lm_head])  # not quantised
+    )
+
+
+def _head_norms(attn: Any) -> tuple[Any, ...]:
+    return (attn.q_norm, attn.k_norm) if hasattr(attn, "q_norm") else ()
+
+
+def _plain_lora(module: Any) -> bool:
+    """Whether ``module`` is peft's LoRA linear layer on a plain ``nn.Linear``, with no variant (DoRA
+    and the like) in any adapter: then :func:`_lora` is its forward."""
+    peft = sys.modules.get("peft")  # no peft imported: no peft layer here
+    return (
+        peft is not None
+        and type(module) is peft.tuners.lora.layer.Linear
+        and type(module.base_layer) is torch.nn.Linear
+        and not module.lora_variant
     )
 
 
@@ -66,8 +94,27 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
 
 
-def _linear(x: torch.Tensor, layer: torch.nn.Linear) -> torch.Tensor:
-    return F.linear(x, layer.weight, layer.bias)
+def _linear(x: torch.Tensor, layer: Any) -> torch.Tensor:
+    if type(layer) is torch.nn.Linear:
+        return F.linear(x, layer.weight, layer.bias)
+    return _lora(x, layer)
+
+
+def _lora(x: torch.Tensor, layer: Any) -> torch.Tensor:
+    """peft's ``lora.Linear.forward`` in eval mode (no dropout): the same operations in its order, its
+    adapters' state (on, off, merged, which are active) read at every call as peft reads it."""
+    base = layer.base_layer
+    y = F.linear(x, base.weight, base.bias)
+    if layer.disable_adapters or layer.merged:
+        return y
+    dtype = y.dtype
+    for name in layer.active_adapters:
+        if name not in layer.lora_A:
+            continue
+        a, b = layer.lora_A[name], layer.lora_B[name]
+        x = layer._cast_input_dtype(x, a.weight.dtype)
+        y = y + F.linear(F.linear(x, a.weight, a.bias), b.weight, b.bias) * layer.scaling[name]
+    return y.to(dtype)
 
 
 def forward(model: Any, ids: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache: Any) -> torch.Tensor:
@@ -99,4 +146,5 @@ def forward(model: Any, ids: torch.Tensor, mask: torch.Tensor, positions: torch.
         mlp = layer.mlp
         h = _rms_norm(x, layer.post_attention_layernorm)
         x = x + _linear(F.silu(_linear(h, mlp.gate_proj)) * _linear(h, mlp.up_proj), mlp.down_proj)
-    return _linear(_rms_norm(x[:, -1], inner.norm), model.lm_head)
+    # the last position sliced as the model slices it: a product's blocking follows its input's layout
+    return _linear(_rms_norm(x, inner.norm)[:, -1:], model.lm_head)[:, 0]

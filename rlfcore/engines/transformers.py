@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import torch
+import torch.nn.functional as F
 
 from rlfcore.engines import decoder, kvcache
 from rlfcore.engines.base import Engine, Generation, SamplingParams
@@ -22,6 +23,9 @@ from rlfcore.engines.base import Engine, Generation, SamplingParams
 _CLOSED = "TransformersEngine was closed before this request ran"
 _CUT_CANDIDATES = 64
 """The most likely tokens among which a top-k/top-p cut is looked for first."""
+_CDF_BLOCK = 1024
+"""Tokens per block of a seeded draw's two-level inverse CDF (:func:`_inverse_cdf`), for a
+vocabulary of more than four blocks."""
 
 
 @dataclass
@@ -345,6 +349,8 @@ class TransformersEngine(Engine):
         if cache is None and self._slots:
             cache = kvcache.slot_cache(self.model.config.get_text_config(decoder=True).num_hidden_layers)
         self.stats.forward_passes += 1
+        if self._grouped and ids.shape[1] == 1 and _mergeable(cache) and cache.layers[0].rows:
+            mask = kvcache.widen(cache, mask)  # one query after cached ones: it attends to whole buffers
         if self._own_forward and not decoder.hooked(self._modules):
             return decoder.forward(self.model, ids, mask, positions, cache).float(), cache
         kwargs = {"logits_to_keep": 1} if self._logits_to_keep else {}
@@ -510,11 +516,14 @@ class TransformersEngine(Engine):
 
     def _sample(self, logits: torch.Tensor, rows: list[_Request]) -> tuple[torch.Tensor, torch.Tensor]:
         """Next token of every row (argmax where T = 0) and its logprob at temperature T, unfiltered."""
-        temps = torch.tensor([r.params.temperature or 1.0 for r in rows], device=logits.device)
-        logp = torch.log_softmax(logits / temps[:, None], dim=-1)
-        tokens = logits.argmax(dim=-1)
+        temps = [r.params.temperature or 1.0 for r in rows]
+        if any(t != 1.0 for t in temps):
+            logits = logits / torch.tensor(temps, device=logits.device)[:, None]  # argmax unchanged: T > 0
+        logp = torch.log_softmax(logits, dim=-1)
         sampled = [j for j, r in enumerate(rows) if r.params.temperature > 0]
-        if sampled:
+        if not sampled:
+            tokens = logits.argmax(dim=-1)
+        else:
             probs = self._filtered_probs(_take(logp, sampled), [rows[j].params for j in sampled])
             drawn = torch.empty(len(sampled), dtype=torch.long, device=logits.device)
             unseeded = [k for k, j in enumerate(sampled) if rows[j].generator is None]
@@ -525,10 +534,8 @@ class TransformersEngine(Engine):
                 u = torch.stack(
                     [torch.rand((), generator=rows[sampled[k]].generator, device=logits.device) for k in seeded]
                 )
-                cdf = _take(probs, seeded).cumsum(dim=-1)
-                picked = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True).squeeze(1)
-                drawn = _put(drawn, seeded, picked.clamp(max=probs.shape[-1] - 1))
-            tokens = _put(tokens, sampled, drawn)
+                drawn = _put(drawn, seeded, _inverse_cdf(_take(probs, seeded), u))
+            tokens = drawn if len(sampled) == len(rows) else _put(logits.argmax(dim=-1), sampled, drawn)
         return tokens, logp.gather(1, tokens[:, None]).squeeze(1)
 
     @staticmethod
@@ -568,6 +575,29 @@ class TransformersEngine(Engine):
             self.stats.generated_tokens += len(r.tokens)
             settled.append((r.future, Generation(token_ids=r.tokens, logprobs=r.logprobs, finish_reason=reason)))
         ended[0][0].future.get_loop().call_soon_threadsafe(_settle, settled)
+
+
+def _inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Each row's first token whose cumulative mass exceeds ``u`` (in [0, 1)) times the row's total.
+
+    In two levels, blocks of :data:`_CDF_BLOCK` tokens, then the cumulative sum within the block
+    found: over a whole vocabulary it is sequential (5 ms for 64 rows × 49,152 tokens, 1 with blocks).
+    A token of zero mass is never picked, whatever the rounding."""
+    rows, vocab = probs.shape
+    size = _CDF_BLOCK if vocab > 4 * _CDF_BLOCK else vocab  # a small vocabulary is one block
+    blocks = -(-vocab // size)
+    tiled = F.pad(probs, (0, blocks * size - vocab)) if vocab % size else probs
+    tiled = tiled.reshape(rows * blocks, size)
+    sums = tiled.sum(-1).view(rows, blocks)
+    cum = sums.cumsum(-1)
+    target = u * cum[:, -1]
+    last = (cum < cum[:, -1:]).sum(-1)  # the last block with mass
+    block = torch.minimum(torch.searchsorted(cum, target[:, None], right=True).squeeze(1), last)
+    inside = tiled.index_select(0, torch.arange(rows, device=probs.device) * blocks + block).cumsum(-1)
+    rest = target - (cum - sums).gather(1, block[:, None]).squeeze(1)
+    end = (inside < inside[:, -1:]).sum(-1)  # the block's last token with mass
+    picked = torch.minimum(torch.searchsorted(inside, rest[:, None], right=True).squeeze(1), end)
+    return block * size + picked
 
 
 def _take(t: torch.Tensor, index: list[int]) -> torch.Tensor:
