@@ -29,12 +29,12 @@ from rlfcore.types import (
 )
 
 if TYPE_CHECKING:
-    from rlfcore.config import RunConfig
     from rlfcore.loop import continuation
+    from rlfcore.schema import RunConfig
 
 __version__ = "0.1.0"
 
-_LAZY = {"RunConfig": "rlfcore.config", "continuation": "rlfcore.loop"}
+_LAZY = {"RunConfig": "rlfcore.schema", "continuation": "rlfcore.loop"}
 """Public names whose modules are heavier (pydantic models, the loop), imported when first used."""
 
 __all__ = [

@@ -9,23 +9,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel
-
 from rlfcore.context import SetupContext
-from rlfcore.hookcall import call_impl, call_impl_sync, run_sync
+from rlfcore.hookcall import call_impl, run_sync
 
 if TYPE_CHECKING:
-    from rlfcore.config import RunConfig
     from rlfcore.plugins import PluginInfo, PluginManager
-
-
-def default_settings(manager: PluginManager, name: str) -> BaseModel | None:
-    """The plugin's config section filled with its schema's defaults (``None`` without a schema)."""
-    for impl in manager.impls("register_config_schema", [name]):
-        if impl.plugin_name == name:
-            schema = call_impl_sync(manager, "register_config_schema", impl)
-            return schema.model_validate({}) if schema is not None else None
-    return None
+    from rlfcore.schema import RunConfig
 
 
 def registered(manager: PluginManager, hook: str, name: str, config: RunConfig | None = None) -> Any:

@@ -15,8 +15,8 @@ from rlfcore.stash import Stash
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-    from rlfcore.config import RunConfig
     from rlfcore.runtime import Runtime
+    from rlfcore.schema import RunConfig
     from rlfcore.sessions import OpenSession
     from rlfcore.types import Message, Sample, Tool
 

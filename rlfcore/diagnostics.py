@@ -12,8 +12,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from rlfcore.config import RunConfig
     from rlfcore.loop import Trajectory
+    from rlfcore.schema import RunConfig
 
 TOOL_ERROR_RATE = 0.5
 """Above this share of failed tool calls, a step or eval warns: the model is mostly learning from errors."""

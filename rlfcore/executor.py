@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from cachetools import LRUCache
 
-from rlfcore.config import ToolsConfig
+from rlfcore.schema import ToolsConfig
 from rlfcore.schemas import argument_problems
 from rlfcore.surrogates import replaced
 from rlfcore.threads import Raised, start_in_thread

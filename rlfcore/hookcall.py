@@ -24,6 +24,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import pluggy
+from pydantic import BaseModel
 
 from rlfcore.context import SetupContext
 from rlfcore.hookspecs import RULES
@@ -57,14 +58,25 @@ def _check_arguments(manager: PluginManager, hook: str, kwargs: dict[str, Any]) 
         )
 
 
+def config_schema(manager: PluginManager, plugin: str) -> type[BaseModel] | None:
+    """The model of ``plugin``'s config section, from its ``register_config_schema`` (``None``
+    without one): the one place the schema is asked for, by config loading and by :func:`bind`."""
+    for impl in manager.impls("register_config_schema", [plugin]):
+        if impl.plugin_name == plugin:
+            return call_impl_sync(manager, "register_config_schema", impl)
+    return None
+
+
+def default_settings(manager: PluginManager, plugin: str) -> BaseModel | None:
+    """``plugin``'s config section filled with its schema's defaults (``None`` without a schema)."""
+    schema = config_schema(manager, plugin)
+    return schema.model_validate({}) if schema is not None else None
+
+
 def _settings(manager: PluginManager, plugin: str, config: Any) -> Any:
     """The plugin's section of ``config``, else its schema's defaults (``None`` without a schema)."""
     own = config.settings(plugin) if config is not None else None
-    if own is None:
-        from rlfcore.catalog import default_settings
-
-        own = default_settings(manager, plugin)
-    return own
+    return own if own is not None else default_settings(manager, plugin)
 
 
 def bind(manager: PluginManager, plugin: str, kwargs: dict[str, Any]) -> dict[str, Any]:

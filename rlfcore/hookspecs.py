@@ -27,9 +27,9 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from rlfcore.chat import ChatTokenizer
-    from rlfcore.config import RunConfig
     from rlfcore.context import ScoreContext, SetupContext, TurnContext
     from rlfcore.engines.base import Engine
+    from rlfcore.schema import RunConfig
     from rlfcore.types import (
         Example,
         Message,

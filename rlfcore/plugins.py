@@ -24,6 +24,7 @@ import pluggy
 from rlfcore import hookspecs
 from rlfcore.hooktrace import ENV_TRACE, trace_hook_calls
 from rlfcore.paths import resolve_path
+from rlfcore.schema import RunConfig
 
 ENTRY_POINT_GROUP = "rlf"
 ENV_DISABLE_AUTOLOAD = "RLF_DISABLE_PLUGIN_AUTOLOAD"
@@ -87,8 +88,6 @@ class PluginInfo:
 def _check_not_core(name: str, what: str, fix: str) -> None:
     """A plugin's settings are the config section of its name: one named like a core section would
     take that section (``engine:``) over."""
-    from rlfcore.config import RunConfig
-
     if name in RunConfig.model_fields:
         raise PluginError(
             f"{what} is named '{name}', like the core section `{name}:` of the config; {fix}", plugin=name

@@ -8,11 +8,11 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from rlfcore.config import RunConfig
 from rlfcore.loop import Trajectory
 from rlfcore.plugins import PluginManager
 from rlfcore.rewards import RewardPipeline
 from rlfcore.runtime import Runtime
+from rlfcore.schema import RunConfig
 from rlfcore.surrogates import json_line
 
 _FIELDS = {f.name for f in fields(Trajectory)}

@@ -19,9 +19,9 @@ from rlfcore.hookcall import call_all
 from rlfcore.types import Sample, Score, Verification
 
 if TYPE_CHECKING:
-    from rlfcore.config import RewardConfig
     from rlfcore.loop import Trajectory
     from rlfcore.runtime import Runtime
+    from rlfcore.schema import RewardConfig
 
 
 def to_sample(traj: Trajectory) -> Sample:

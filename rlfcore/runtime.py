@@ -24,10 +24,10 @@ from rlfcore.types import Example, Tool, ToolCallParser
 
 if TYPE_CHECKING:
     from rlfcore.chat import ChatTokenizer
-    from rlfcore.config import RunConfig
     from rlfcore.engines.base import Engine
     from rlfcore.executor import ToolExecutor
     from rlfcore.plugins import PluginManager
+    from rlfcore.schema import RunConfig
 
 
 log = logging.getLogger(__name__)
@@ -254,7 +254,7 @@ def model_source(config: RunConfig) -> str:
     Called before a run starts anything (MCP servers, workers), so a missing model is a config error
     naming the setting, not a chain of hub errors at the first rollout.
     """
-    from rlfcore.config import ConfigError, ConfigIssue
+    from rlfcore.schema import ConfigError, ConfigIssue
 
     key = "model.tokenizer" if config.model.tokenizer else "model.path"
     source = config.model.tokenizer or config.model.path

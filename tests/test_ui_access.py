@@ -22,11 +22,11 @@ import httpx
 import pytest
 
 pytest.importorskip("starlette")
-from starlette.testclient import TestClient  # noqa: E402
+from starlette.testclient import TestClient
 
-from rlfcore.ui import create_app  # noqa: E402
-from rlfcore.ui.access import Secret  # noqa: E402
-from rlfcore.ui.allowed import check_overrides, override_allowed  # noqa: E402
+from rlfcore.ui import create_app
+from rlfcore.ui.access import Secret
+from rlfcore.ui.allowed import check_overrides, override_allowed
 
 TOKEN = "access-test-token-0123456789"
 BASE = "http://127.0.0.1:8765"

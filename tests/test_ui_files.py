@@ -13,8 +13,8 @@ import pytest
 pytest.importorskip("starlette")
 from starlette.testclient import TestClient
 
+from rlfcore.runs.files import tail_lines
 from rlfcore.ui import create_app
-from rlfcore.ui import runs as rd
 from rlfcore.ui.samples import SampleIndex
 
 TOKEN = "files-test-token-0123456789"
@@ -84,7 +84,7 @@ def test_log_tail_of_a_32_mb_progress_line_reads_a_bounded_slice(tmp_path: Path,
         ),
     )
     Counting.read_bytes = 0
-    lines = rd.tail_lines(log, 60)
+    lines = tail_lines(log, 60)
     assert Counting.read_bytes <= (1 << 20) + (64 << 10)
     assert lines[-1] == "step 2 done"
     assert all(len(line) < 4100 for line in lines), [len(x) for x in lines]
@@ -93,7 +93,7 @@ def test_log_tail_of_a_32_mb_progress_line_reads_a_bounded_slice(tmp_path: Path,
 def test_log_tail_cuts_long_lines_and_keeps_short_ones(tmp_path: Path) -> None:
     log = tmp_path / "train.log"
     log.write_text("a\n" + "x" * 10_000 + "\nb\n")
-    lines = rd.tail_lines(log, 60)
+    lines = tail_lines(log, 60)
     assert lines[0] == "a" and lines[-1] == "b" and "more characters" in lines[1] and len(lines[1]) < 4100
 
 

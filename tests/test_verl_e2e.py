@@ -26,7 +26,8 @@ from pathlib import Path
 import pytest
 import verl_cpu
 
-from rlfcore.ui.runs import read_metrics_from, run_info
+from rlfcore.runs.metrics import read_metrics_from
+from rlfcore.ui.runs import run_info
 from rlfcore.ui.runs import status as run_status
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
-    from rlfcore.config import RunConfig
     from rlfcore.plugins import PluginManager
+    from rlfcore.schema import RunConfig
 
 Progress = Callable[[str, dict[str, Any]], None]
 """Called as ``(phase, metrics)`` after every step of a backend that reports them (``sft``, ``grpo``)."""

@@ -10,10 +10,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from rlfcore.chat import ChatTokenizer
-from rlfcore.config import RunConfig
 from rlfcore.context import SetupContext
 from rlfcore.engines.base import Engine
 from rlfcore.hookspecs import hookimpl
+from rlfcore.schema import RunConfig
 
 if TYPE_CHECKING:
     from rlfcore.engines.chat import ChatEngine

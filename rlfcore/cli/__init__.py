@@ -26,7 +26,7 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
     Plugins add tools, tool-call formats and rewards; a YAML config enables them by name.
     """
-    ctx.obj = {"debug": debug}
+    ctx.ensure_object(dict)["debug"] = debug
     if debug:
         from rlfcore.executor import show_tracebacks
 
@@ -47,10 +47,10 @@ def main(argv: list[str] | None = None) -> None:
     from rlfcore.failures import RunFailed
     from rlfcore.plugins import PluginError
 
-    debug = "--debug" in (argv if argv is not None else sys.argv[1:])
+    state: dict[str, bool] = {}  # the group's --debug, as click parsed it (absent before parsing ends)
     try:
         with handled():  # SIGTERM too unwinds the command, so its servers and workers are stopped
-            code = cli.main(args=argv, prog_name="rlf", standalone_mode=False)
+            code = cli.main(args=argv, prog_name="rlf", standalone_mode=False, obj=state)
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(1)
     except PluginError as exc:
         click.secho(f"error: {exc}", fg="red", err=True)
-        if debug and exc.details:
+        if state.get("debug") and exc.details:
             click.echo(exc.details, err=True)
         elif exc.details:
             click.echo("(run with --debug for the traceback)", err=True)
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> None:
     except SystemExit:
         raise
     except Exception:
-        if debug:
+        if state.get("debug"):
             raise
         click.secho(f"error: {traceback.format_exc(limit=0).strip()}", fg="red", err=True)
         click.echo("(run with --debug for the traceback)", err=True)

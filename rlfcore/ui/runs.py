@@ -6,7 +6,6 @@ fields, a live run's last line may be half written, and a folder may hold anythi
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import time
@@ -14,7 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlfcore.ui import verl_metrics
+from rlfcore.runs.files import read_json
+from rlfcore.runs.metrics import LOCAL_FILE, VERL_EARLIER_FILE, VERL_FILE, has_metrics, read_metrics_tail
 
 LIVE_WINDOW_S = 120.0
 """A run whose files changed this recently counts as running."""
@@ -23,9 +23,9 @@ LAUNCH_FILE = "ui_launch.json"
 """Written by the launch page only: the command, its pid and, once it ended, its exit code."""
 
 MARKERS = (
-    "metrics.jsonl",
-    verl_metrics.FILE,
-    verl_metrics.EARLIER,
+    LOCAL_FILE,
+    VERL_FILE,
+    VERL_EARLIER_FILE,
     "sft_metrics.jsonl",
     "config.yaml",
     "samples",
@@ -121,7 +121,7 @@ def status(path: Path) -> str:
             return str(ended)
         if ended == "stopped":  # a resume deletes the summary first: this run is not going on
             return "resumable" if any((path / "checkpoints").glob("*/trainer.pt")) else "stopped"
-    if (time.time() - last_change(path) < LIVE_WINDOW_S and _has_metrics(path)) or _sft_live(path):
+    if (time.time() - last_change(path) < LIVE_WINDOW_S and has_metrics(path)) or _sft_live(path):
         return "running"
     if any((path / "checkpoints").glob("*/trainer.pt")):
         return "resumable"
@@ -130,7 +130,7 @@ def status(path: Path) -> str:
 
 def _sft_live(path: Path) -> bool:
     sft = path / "sft_metrics.jsonl"
-    return sft.exists() and not _has_metrics(path) and time.time() - sft.stat().st_mtime < LIVE_WINDOW_S
+    return sft.exists() and not has_metrics(path) and time.time() - sft.stat().st_mtime < LIVE_WINDOW_S
 
 
 def _alive(pid: Any) -> bool:
@@ -149,21 +149,11 @@ def _alive(pid: Any) -> bool:
 
 def last_change(path: Path) -> float:
     times = [path.stat().st_mtime]
-    for name in ("metrics.jsonl", verl_metrics.FILE, "sft_metrics.jsonl", "summary.json", "samples"):
+    for name in (LOCAL_FILE, VERL_FILE, "sft_metrics.jsonl", "summary.json", "samples"):
         p = path / name
         if p.exists():
             times.append(p.stat().st_mtime)
     return max(times)
-
-
-# --- files ---------------------------------------------------------------------------------------
-
-
-def read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
 
 
 def read_config(path: Path) -> dict[str, Any]:
@@ -174,117 +164,6 @@ def read_config(path: Path) -> dict[str, Any]:
     except (OSError, yaml.YAMLError):
         return {}
     return data if isinstance(data, dict) else {}
-
-
-def _has_metrics(path: Path) -> bool:
-    return (path / "metrics.jsonl").exists() or _verl_only(path)
-
-
-def _verl_only(path: Path) -> bool:
-    """A verl run: its metrics are verl's file logger's, in verl's names."""
-    return not (path / "metrics.jsonl").exists() and any(
-        (path / f).exists() for f in (verl_metrics.FILE, verl_metrics.EARLIER)
-    )
-
-
-def read_metrics_from(path: Path, offset: int = 0) -> tuple[list[dict[str, Any]], int]:
-    """The run's metrics rows from byte ``offset`` on, in rlf's names: ``metrics.jsonl``'s, or for a
-    verl run its two files translated, read as one: the steps kept from before a ``--resume``, then
-    the current ones (an offset past the first file's size is into the second)."""
-    if not _verl_only(path):
-        return read_jsonl_from(path / "metrics.jsonl", offset)
-    earlier = path / verl_metrics.EARLIER
-    size = earlier.stat().st_size if earlier.exists() else 0
-    rows: list[dict[str, Any]] = []
-    if offset < size:
-        rows, offset = read_jsonl_from(earlier, offset)
-    if offset >= size:
-        current, end = read_jsonl_from(path / verl_metrics.FILE, offset - size)
-        rows, offset = rows + current, size + end
-    return [verl_metrics.from_verl(r) for r in rows], offset
-
-
-def read_metrics_tail(path: Path, n: int) -> list[dict[str, Any]]:
-    """The run's last ``n`` metrics rows, in rlf's names (see :func:`read_metrics_from`)."""
-    if not _verl_only(path):
-        return read_jsonl_tail(path / "metrics.jsonl", n)
-    rows = read_jsonl_tail(path / verl_metrics.FILE, n)
-    if len(rows) < n:
-        rows = read_jsonl_tail(path / verl_metrics.EARLIER, n - len(rows)) + rows
-    return [verl_metrics.from_verl(r) for r in rows]
-
-
-def read_jsonl_from(path: Path, offset: int = 0, limit_bytes: int = 32 << 20) -> tuple[list[dict[str, Any]], int]:
-    """Complete JSON lines from byte ``offset`` on, and the offset after the last complete line.
-
-    A half-written last line is left for the next call; unreadable lines are skipped.
-    """
-    try:
-        with path.open("rb") as f:
-            f.seek(offset)
-            chunk = f.read(limit_bytes)
-    except OSError:
-        return [], offset
-    end = chunk.rfind(b"\n") + 1
-    rows = []
-    for line in chunk[:end].splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(row, dict):
-            rows.append(row)
-    return rows, offset + end
-
-
-def read_jsonl_tail(path: Path, n: int) -> list[dict[str, Any]]:
-    """The last ``n`` complete JSON lines, reading from the end of the file only."""
-    lines = tail_lines(path, n)
-    out = []
-    for line in lines:
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(row, dict):
-            out.append(row)
-    return out
-
-
-def tail_lines(path: Path, n: int, block: int = 64 << 10, max_bytes: int = 1 << 20, max_chars: int = 4000) -> list[str]:
-    """The last ``n`` complete lines of a file, read backwards in blocks: at most ``max_bytes`` read and
-    each line cut to ``max_chars``, so one enormous progress line costs what a short log does."""
-    try:
-        f = path.open("rb")
-    except OSError:
-        return []
-    chunks: list[bytes] = []
-    with f:
-        f.seek(0, os.SEEK_END)
-        size = pos = f.tell()
-        newlines = 0
-        while pos > 0 and newlines <= n and size - pos < max_bytes:
-            step = min(block, pos)
-            pos -= step
-            f.seek(pos)
-            chunks.append(f.read(step))
-            newlines += chunks[-1].count(b"\n")
-    data = b"".join(reversed(chunks))
-    if size and not data.endswith(b"\n"):
-        data = data[: data.rfind(b"\n") + 1]  # the line being written
-    head = ""
-    if pos > 0:  # the first line read may have begun before what was read
-        first = data.find(b"\n") + 1
-        head, data = (
-            (f"[… {pos:,} earlier bytes not read]", data[first:]) if first else ("[… a line too long to show]", b"")
-        )
-    lines = data.decode("utf-8", "replace").splitlines()
-    cut = [
-        line if len(line) <= max_chars else f"{line[:max_chars]} [… {len(line) - max_chars:,} more characters]"
-        for line in lines
-    ]
-    out = ([head] if head and not cut else []) + cut
-    return out[-n:] if n else []
 
 
 def log_file(path: Path) -> Path | None:

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from rlfcore.config import LoraConfig
+from rlfcore.schema import LoraConfig
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from rlfcore.chat import COMPACT_TEMPLATE, QWEN3_TEMPLATE, ByteChatTokenizer
-from rlfcore.config import RunConfig
 from rlfcore.paths import resolve_path
+from rlfcore.schema import RunConfig
 
 
 def resolve(path: str | None, base: Path) -> Path | None:

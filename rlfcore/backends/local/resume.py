@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from rlfcore.backends.local.lock import RunDirError
-from rlfcore.config import RunConfig
+from rlfcore.schema import RunConfig
 
 RESUMABLE = (
     "trainer.steps",

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import statistics
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -15,13 +14,14 @@ from rlfcore.backends.local.lock import RunDirError, RunLock
 from rlfcore.backends.local.model import ensure_model, resolve, start_policy, tool_schemas
 from rlfcore.backends.local.resume import check_resume_config, describe
 from rlfcore.backends.local.rundir import RunDir
-from rlfcore.config import RunConfig
 from rlfcore.data import read_rows
 from rlfcore.diagnostics import Advisor, config_warnings
 from rlfcore.engines.chat import refuse_chat_engine
 from rlfcore.paths import resolve_path
 from rlfcore.plugins import PluginManager
+from rlfcore.runs.metrics import summarize
 from rlfcore.runtime import Runtime
+from rlfcore.schema import RunConfig
 from rlfcore.signals import Interrupted
 
 
@@ -66,7 +66,7 @@ def open_run_dir(
 def check_model(config: RunConfig, base: Path) -> None:
     """A config error naming ``model.path`` unless it holds a model or ``model.init`` builds one;
     checked before the runtime starts plugins' servers."""
-    from rlfcore.config import ConfigError, ConfigIssue
+    from rlfcore.schema import ConfigError, ConfigIssue
 
     path = resolve(config.model.path, base)
     if path is None:
@@ -209,25 +209,3 @@ def sft_only(
 
 def _phase(progress: Progress | None, phase: str) -> Callable[[dict[str, Any]], None] | None:
     return (lambda m: progress(phase, m)) if progress is not None else None
-
-
-def summarize(metrics: list[dict[str, Any]], **times: float) -> dict[str, Any]:
-    """Reward and tool use over the first and last 10% of steps, and where the time went."""
-    if not metrics:
-        return {"steps": 0, **times}
-    k = max(1, len(metrics) // 10)
-
-    def mean(key: str, part: list[dict[str, Any]]) -> float:
-        return statistics.fmean(m.get(key, 0.0) for m in part)
-
-    first, last = metrics[:k], metrics[-k:]
-    return {
-        "steps": len(metrics),
-        "reward_first_10pct": mean("reward_mean", first),
-        "reward_last_10pct": mean("reward_mean", last),
-        "reward_gain": mean("reward_mean", last) - mean("reward_mean", first),
-        "tool_use_first_10pct": mean("tool_use", first),
-        "tool_use_last_10pct": mean("tool_use", last),
-        "steps_without_signal": sum(1 for m in metrics if m.get("active_fraction", 1.0) == 0.0),
-        **times,
-    }

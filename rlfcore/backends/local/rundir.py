@@ -16,7 +16,7 @@ import torch
 
 from rlfcore.backends.local.checkpoint import CheckpointError
 from rlfcore.backends.local.lock import RunDirError
-from rlfcore.config import RunConfig
+from rlfcore.schema import RunConfig
 from rlfcore.surrogates import json_line
 from rlfcore.trackers import Trackers
 

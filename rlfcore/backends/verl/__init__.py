@@ -6,6 +6,11 @@ registers the ``rlf_agent`` agent loop (:mod:`.bridge`) and the ``rlf`` reward m
 verl's Hydra overrides; :mod:`.launch` ties them together for ``rlf train --backend verl``.
 """
 
+# Where verl's own ``file`` logger writes each step's metrics in the run folder (``rlf ui`` draws them),
+# and where a ``--resume`` sets the earlier steps aside: run-folder names, kept with the code that reads them.
+from rlfcore.runs.metrics import VERL_EARLIER_FILE as EARLIER_METRICS_FILE
+from rlfcore.runs.metrics import VERL_FILE as METRICS_FILE
+
 VERL_VERSION = "0.9.1"
 """The verl release this backend is built and tested against."""
 
@@ -15,8 +20,4 @@ AGENT_NAME = "rlf_agent"
 REWARD_MANAGER = "rlf"
 """The name the reward manager is registered under (``reward.reward_manager.name``)."""
 
-METRICS_FILE = "verl_metrics.jsonl"
-"""Where verl's own ``file`` logger writes each step's metrics in the run folder; ``rlf ui`` draws them."""
-
-EARLIER_METRICS_FILE = "verl_metrics.earlier.jsonl"
-"""The metrics of the steps before a ``--resume``, set aside because verl's file logger starts its file anew."""
+__all__ = ["AGENT_NAME", "EARLIER_METRICS_FILE", "METRICS_FILE", "REWARD_MANAGER", "VERL_VERSION"]

@@ -18,7 +18,7 @@ from rlfcore.backends.verl import AGENT_NAME, METRICS_FILE, REWARD_MANAGER
 if TYPE_CHECKING:
     from omegaconf import DictConfig
 
-    from rlfcore.config import RunConfig
+    from rlfcore.schema import RunConfig
 
 
 class TranslationError(ValueError):

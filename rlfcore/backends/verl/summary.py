@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from rlfcore.runs.metrics import read_metrics_from, summarize
+
 FILE = "summary.json"
 
 
@@ -18,10 +20,7 @@ def clear(run_dir: str | Path) -> None:
 
 def write(run_dir: str | Path, total_s: float) -> dict[str, Any]:
     """Summarise every step verl logged (``verl_metrics.earlier.jsonl``, then ``verl_metrics.jsonl``)
-    the way :func:`rlfcore.backends.local.run.summarize` does a local run's; returns what was written."""
-    from rlfcore.backends.local.run import summarize
-    from rlfcore.ui.runs import read_metrics_from
-
+    the way a local run's is (:func:`rlfcore.runs.metrics.summarize`); returns what was written."""
     run = Path(run_dir)
     rows, _ = read_metrics_from(run)
     summary = {"backend": "verl", **summarize(rows, total_s=total_s)}

@@ -11,6 +11,8 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse
 
+from rlfcore.runs.files import read_jsonl_from, tail_lines
+from rlfcore.runs.metrics import read_metrics_from, read_metrics_tail
 from rlfcore.ui import runs as rd
 from rlfcore.ui.context import ui_of
 from rlfcore.ui.launch import Launcher
@@ -42,7 +44,7 @@ async def metrics(request: Request) -> JSONResponse:
     if name not in ("metrics.jsonl", "sft_metrics.jsonl"):
         raise HTTPException(400, f"file must be metrics.jsonl or sft_metrics.jsonl, not {name!r}")
     offset = int_param(request, "offset", 0)
-    rows, end = rd.read_metrics_from(run, offset) if name == "metrics.jsonl" else rd.read_jsonl_from(run / name, offset)
+    rows, end = read_metrics_from(run, offset) if name == "metrics.jsonl" else read_jsonl_from(run / name, offset)
     return JSONResponse({"rows": rows, "offset": end, "status": rd.status(run)})
 
 
@@ -57,13 +59,13 @@ async def log_tail(request: Request) -> HTMLResponse:
     ui = ui_of(request)
     run = ui.run_path(request)
     path = await run_in_threadpool(rd.log_file, run)
-    lines = await run_in_threadpool(rd.tail_lines, path, LOG_LINES) if path else []
+    lines = await run_in_threadpool(tail_lines, path, LOG_LINES) if path else []
     return ui.page(request, "_log.html", lines=lines, path=path, status=rd.status(run))
 
 
 def _warnings(run: Path, files: SampleFiles) -> list[str]:
     """The banner's warnings from the last metrics lines and the newest sample file's entries."""
-    recent = rd.read_metrics_tail(run, 50)
+    recent = read_metrics_tail(run, 50)
     found = sample_files(run)
     last: list[dict[str, Any]] = []
     if found:
