@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from code_sandbox_support import SMALL
+from code_sandbox_support import SMALL, full, layers  # noqa: F401 (fixtures)
 from rlf_code.layers import Layers
 from rlf_code.sandbox import Sandbox
 

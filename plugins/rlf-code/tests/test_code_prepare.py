@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from code_sandbox_support import SMALL
+from code_sandbox_support import SMALL, layers, pool  # noqa: F401 (fixtures)
 from rlf_code.cli import main
 from rlf_code.layers import Layers
 from rlf_code.pool import Pool

@@ -6,7 +6,7 @@ import os
 import time
 from pathlib import Path
 
-from code_sandbox_support import SMALL
+from code_sandbox_support import SMALL, layers, pool, sandbox  # noqa: F401 (fixtures)
 from rlf_code.layers import Layers
 from rlf_code.pool import Pool, Session
 from rlf_code.sandbox import Sandbox, processes_of
