@@ -37,7 +37,7 @@ LAYERS: dict[str, int] = {
     "rlfcore.runloop": 0,
     "rlfcore.trackers": 0,
     "rlfcore.scaffold": 0,
-    "rlfcore.runs": 0,
+    "rlfcore.rundata": 0,
     # 1. The contract with plugins: contexts, hook specs, the `tool` helper, and the package's face.
     "rlfcore": 1,
     "rlfcore.context": 1,

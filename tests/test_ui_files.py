@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("starlette")
 from starlette.testclient import TestClient
 
-from rlfcore.runs.files import tail_lines
+from rlfcore.rundata.files import tail_lines
 from rlfcore.ui import create_app
 from rlfcore.ui.samples import SampleIndex
 

@@ -13,7 +13,7 @@ pytest.importorskip("starlette")
 tracking = pytest.importorskip("verl.utils.tracking")
 
 from rlfcore.backends.verl import METRICS_FILE  # noqa: E402
-from rlfcore.runs.metrics import from_verl  # noqa: E402
+from rlfcore.rundata.metrics import from_verl  # noqa: E402
 
 TOKEN = "ui-test-token-0123456789"
 

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import verl_cpu
 
-from rlfcore.runs.metrics import read_metrics_from
+from rlfcore.rundata.metrics import read_metrics_from
 from rlfcore.ui.runs import run_info
 from rlfcore.ui.runs import status as run_status
 

@@ -17,7 +17,7 @@ tracking = pytest.importorskip("verl.utils.tracking", reason="verl is not instal
 from rlfcore.backends import get_backend  # noqa: E402
 from rlfcore.backends.base import TrainRequest  # noqa: E402
 from rlfcore.backends.verl import launch  # noqa: E402
-from rlfcore.runs.metrics import read_metrics_from  # noqa: E402
+from rlfcore.rundata.metrics import read_metrics_from  # noqa: E402
 from rlfcore.ui.runs import status  # noqa: E402
 
 

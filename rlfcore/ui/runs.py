@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rlfcore.runs.files import read_json
-from rlfcore.runs.metrics import LOCAL_FILE, VERL_EARLIER_FILE, VERL_FILE, has_metrics, read_metrics_tail
+from rlfcore.rundata.files import read_json
+from rlfcore.rundata.metrics import LOCAL_FILE, VERL_EARLIER_FILE, VERL_FILE, has_metrics, read_metrics_tail
 
 LIVE_WINDOW_S = 120.0
 """A run whose files changed this recently counts as running."""

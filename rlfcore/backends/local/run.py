@@ -19,7 +19,7 @@ from rlfcore.diagnostics import Advisor, config_warnings
 from rlfcore.engines.chat import refuse_chat_engine
 from rlfcore.paths import resolve_path
 from rlfcore.plugins import PluginManager
-from rlfcore.runs.metrics import summarize
+from rlfcore.rundata.metrics import summarize
 from rlfcore.runtime import Runtime
 from rlfcore.schema import RunConfig
 from rlfcore.signals import Interrupted

@@ -8,8 +8,8 @@ verl's Hydra overrides; :mod:`.launch` ties them together for ``rlf train --back
 
 # Where verl's own ``file`` logger writes each step's metrics in the run folder (``rlf ui`` draws them),
 # and where a ``--resume`` sets the earlier steps aside: run-folder names, kept with the code that reads them.
-from rlfcore.runs.metrics import VERL_EARLIER_FILE as EARLIER_METRICS_FILE
-from rlfcore.runs.metrics import VERL_FILE as METRICS_FILE
+from rlfcore.rundata.metrics import VERL_EARLIER_FILE as EARLIER_METRICS_FILE
+from rlfcore.rundata.metrics import VERL_FILE as METRICS_FILE
 
 VERL_VERSION = "0.9.1"
 """The verl release this backend is built and tested against."""

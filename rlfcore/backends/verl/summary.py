@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rlfcore.runs.metrics import read_metrics_from, summarize
+from rlfcore.rundata.metrics import read_metrics_from, summarize
 
 FILE = "summary.json"
 
@@ -20,7 +20,7 @@ def clear(run_dir: str | Path) -> None:
 
 def write(run_dir: str | Path, total_s: float) -> dict[str, Any]:
     """Summarise every step verl logged (``verl_metrics.earlier.jsonl``, then ``verl_metrics.jsonl``)
-    the way a local run's is (:func:`rlfcore.runs.metrics.summarize`); returns what was written."""
+    the way a local run's is (:func:`rlfcore.rundata.metrics.summarize`); returns what was written."""
     run = Path(run_dir)
     rows, _ = read_metrics_from(run)
     summary = {"backend": "verl", **summarize(rows, total_s=total_s)}

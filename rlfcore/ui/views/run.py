@@ -11,8 +11,8 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse
 
-from rlfcore.runs.files import read_jsonl_from, tail_lines
-from rlfcore.runs.metrics import read_metrics_from, read_metrics_tail
+from rlfcore.rundata.files import read_jsonl_from, tail_lines
+from rlfcore.rundata.metrics import read_metrics_from, read_metrics_tail
 from rlfcore.ui import runs as rd
 from rlfcore.ui.context import ui_of
 from rlfcore.ui.launch import Launcher
