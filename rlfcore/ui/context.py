@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
@@ -17,7 +18,7 @@ from rlfcore.ui.access import Secret
 from rlfcore.ui.allowed import Refused, Roots, check_overrides
 from rlfcore.ui.launch import Launcher
 from rlfcore.ui.params import split_overrides
-from rlfcore.ui.samples import SampleFiles, sample_files
+from rlfcore.ui.samples import SampleFiles, SampleIndex, sample_files
 from rlfcore.ui.templating import templates
 from rlfcore.ui.toolbench import ToolBench
 
@@ -70,6 +71,13 @@ class UI:
             if f.name == name:
                 return f
         raise HTTPException(404, f"run {run.name} has no sample file {name!r}")
+
+    async def sample_index(self, request: Request) -> tuple[Path, Path, SampleIndex]:
+        """The run, sample file and its index that a trajectory page's ``?run=&file=`` name (the index
+        built or extended off the event loop)."""
+        run = self.run_path(request)
+        path = self.sample_file(request, run)
+        return run, path, await run_in_threadpool(self.samples.get, path)
 
     def allowed_config(self, raw: str | Path) -> Path:
         """The config file ``raw`` when it lies in the served folders (see :class:`Roots`), else 403."""

@@ -26,9 +26,7 @@ GROUPS_PER_PAGE = 10
 
 async def trajectories(request: Request) -> HTMLResponse:
     ui = ui_of(request)
-    run = ui.run_path(request)
-    path = ui.sample_file(request, run)
-    index = await run_in_threadpool(ui.samples.get, path)
+    run, path, index = await ui.sample_index(request)
     q = request.query_params
     try:
         keep = index.filter(
@@ -69,9 +67,7 @@ async def trajectories(request: Request) -> HTMLResponse:
 
 async def sample(request: Request) -> HTMLResponse:
     ui = ui_of(request)
-    run = ui.run_path(request)
-    path = ui.sample_file(request, run)
-    index = await run_in_threadpool(ui.samples.get, path)
+    run, path, index = await ui.sample_index(request)
     picked = [index_param(request, k, len(index.entries)) for k in ("i", "j") if k in request.query_params]
     if not picked:
         raise HTTPException(400, "give the sample's index as ?i=N (and ?j=M to compare two)")
@@ -90,9 +86,7 @@ async def sample(request: Request) -> HTMLResponse:
 
 async def token_view(request: Request) -> HTMLResponse:
     ui = ui_of(request)
-    run = ui.run_path(request)
-    path = ui.sample_file(request, run)
-    index = await run_in_threadpool(ui.samples.get, path)
+    run, path, index = await ui.sample_index(request)
     i = index_param(request, "i", len(index.entries))
     record = await run_in_threadpool(_record, index, i)
     where = tokenizer_dir(run, rd.read_config(run))
@@ -114,9 +108,7 @@ async def token_view(request: Request) -> HTMLResponse:
 async def raw_line(request: Request) -> Response:
     """One stored line as it is, for records the pages show cut."""
     ui = ui_of(request)
-    run = ui.run_path(request)
-    path = ui.sample_file(request, run)
-    index = await run_in_threadpool(ui.samples.get, path)
+    *_, index = await ui.sample_index(request)
     i = index_param(request, "i", len(index.entries))
     return StreamingResponse(index.raw(i), media_type="application/json")
 
