@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+from rlfcore.agents.rollout import AgentRollout, agent_rollout
 from rlfcore.chat import ChatTokenizer
 from rlfcore.chatloop import chat_rollout
 from rlfcore.data import Row
@@ -64,12 +65,12 @@ async def evaluate(
     """Roll out and score every row (``rollout.n`` samples each), writing JSON lines to ``out``.
 
     A chat engine runs the message loop (:mod:`rlfcore.chatloop`, no tokenizer); any other engine the
-    token loop, which needs ``tokenizer``."""
-    rollout: TurnLoop[Any] | None = chat_rollout(runtime, engine)
+    token loop, which needs ``tokenizer``; a config with an ``agent`` runs that agent on the endpoint."""
+    rollout: TurnLoop[Any] | AgentRollout | None = chat_rollout(runtime, engine)
     if rollout is None:
         if tokenizer is None:
             raise ValueError("a token engine needs the model's tokenizer (model.path or model.tokenizer)")
-        rollout = Rollout(runtime, engine, tokenizer)  # type: ignore[arg-type]
+        rollout = agent_rollout(runtime, engine, tokenizer) or Rollout(runtime, engine, tokenizer)  # type: ignore[arg-type]
     rewards = RewardPipeline(runtime)
     start = time.perf_counter()
 

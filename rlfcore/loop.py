@@ -48,8 +48,20 @@ StopReason = Literal[
     "max_tokens",
     "max_total_tokens",
     "max_response_tokens",
+    "max_requests",
+    "agent_error",
+    "agent_timeout",
     "error",
 ]
+
+
+class Tokens(NamedTuple):
+    """One token sequence to train on: a trajectory's own, or an earlier segment of an agent episode."""
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    response_mask: list[int]
+    logprobs: list[float]
 
 
 @dataclass
@@ -122,13 +134,32 @@ class Trajectory:
     """Why a plugin's session of this trajectory failed to release (how it went; kept last so records
     keep their field order); the trajectory itself stands."""
 
+    # agent episodes (rlfcore.agents): what the agent program returned, and its other token sequences
+    answer: str | None = None
+    """What an agent program returned as its answer (then :attr:`response`); ``None`` in rlf's own loop."""
+    segment_reason: str | None = None
+    """Why the episode's last segment (this record's token fields) began, in an agent episode."""
+    segments: list[dict[str, Any]] = field(default_factory=list)
+    """An agent episode's earlier segments, each a context the agent started anew (it rewrote its
+    history, or ran requests side by side): their ``reason`` and token fields. They share the reward."""
+
     @property
     def response(self) -> str:
-        """The text of the last assistant message."""
+        """The agent's answer, else the text of the last assistant message."""
+        if self.answer is not None:
+            return self.answer
         for m in reversed(self.messages):
             if m.get("role") == "assistant":
                 return m.get("content") or ""
         return ""
+
+    def sequences(self) -> list[Tokens]:
+        """Every token sequence of the trajectory, in order: earlier segments, then its own."""
+        own = Tokens(self.prompt_ids, self.response_ids, self.response_mask, self.logprobs)
+        return [
+            *(Tokens(s["prompt_ids"], s["response_ids"], s["response_mask"], s["logprobs"]) for s in self.segments),
+            own,
+        ]
 
     def record(self) -> dict[str, Any]:
         """The JSON line written by ``rlf eval`` and kept as training samples."""

@@ -172,6 +172,11 @@ class SFTConfig(_Section):
     data: str | None = Field(
         None, description="JSONL of conversations (`messages`); `rlf train` runs SFT first when set."
     )
+    tools: str | None = Field(
+        None,
+        description="JSON file of OpenAI tool schemas for conversations that carry no `tools` of their own "
+        "(an agent's tools, which no plugin registers); default: the environment's tools.",
+    )
     steps: int = Field(0, ge=0)
     lr: float = Field(1e-3, gt=0)
     batch_size: int = Field(16, ge=1)
@@ -231,6 +236,41 @@ class TrainerConfig(_Section):
     )
 
 
+class AgentConfig(_Section):
+    """An agent program rlf trains through its OpenAI-compatible endpoint (docs/agents.md)."""
+
+    entry: str | None = Field(
+        None,
+        description="`module:function` or `file.py:function` (relative to the config), an "
+        "`async def run(task, client)` that returns its answer (a str, or None)",
+    )
+    command: list[str] | None = Field(
+        None,
+        description="Or a program run per episode (in the config's folder), with `OPENAI_BASE_URL`, "
+        "`OPENAI_API_KEY` and `RLF_TASK` (the task as JSON) set; its stdout is its answer.",
+    )
+    model: str = Field(
+        "policy", min_length=1, description="The model name the agent is given; a request for any other gets a 404."
+    )
+    timeout_s: float = Field(
+        300.0,
+        gt=0,
+        description="Per episode: past it the agent is stopped (a program is killed with its process group)",
+    )
+    max_requests: int = Field(32, ge=1, description="Chat completions per episode.")
+    host: str = Field("127.0.0.1", description="Where the endpoint listens: loopback unless agents run elsewhere.")
+
+    @model_validator(mode="after")
+    def _one_way(self) -> AgentConfig:
+        if (self.entry is None) == (self.command is None):
+            raise ValueError("set exactly one of agent.entry (a Python function) and agent.command (a program)")
+        if self.entry is not None and ":" not in self.entry:
+            raise ValueError(f"agent.entry {self.entry!r} is not `module:function`")
+        if self.command is not None and not self.command:
+            raise ValueError("agent.command is empty")
+        return self
+
+
 class RunConfig(_Section):
     """A run's settings. Plugin sections are kept apart, validated by each plugin's schema."""
 
@@ -251,9 +291,21 @@ class RunConfig(_Section):
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     engine: EngineConfig = Field(default_factory=EngineConfig)
     reward: RewardConfig = Field(default_factory=RewardConfig)
+    agent: AgentConfig | None = Field(
+        None, description="Roll out an agent program through rlf's endpoint instead of rlf's own tool loop."
+    )
 
     _settings: dict[str, BaseModel | None] = PrivateAttr(default_factory=dict)
     _source: Path | None = PrivateAttr(default=None)
+
+    @model_validator(mode="after")
+    def _agent_outcome(self) -> RunConfig:
+        if self.agent is not None and self.trainer.turn_advantage != "outcome":
+            raise ValueError(
+                "trainer.turn_advantage: return_to_go needs rlf's own loop's turns; an agent's episodes "
+                "train with outcome advantages (set trainer.turn_advantage: outcome, or drop agent)"
+            )
+        return self
 
     def settings(self, plugin: str) -> BaseModel | None:
         """The validated section of one plugin (``None`` when it registers no schema).

@@ -177,3 +177,42 @@ def test_real_model_throughput_runs_every_engine_briefly_on_a_tiny_model(tmp_pat
     else:
         assert result["results"]["vLLM-CPU [1]"]["tokens"] == 9
     assert "load average per run" in proc.stdout and "(goal 3.0x)" in proc.stdout
+
+
+def test_agent_gateway_runs_small_and_compares_the_gateway_with_the_loop(tmp_path):
+    script = str(ROOT / "benchmarks" / "agent_gateway.py")
+    out = tmp_path / "gateway.json"
+    proc = subprocess.run(
+        [sys.executable, script, "--episodes", "8", "--gen-latency", "0.005", "--out", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "rlf loop (Rollout" in proc.stdout and "gateway (AgentRollout" in proc.stdout
+    assert "uvicorn/starlette" in proc.stdout and "the goal of <= 1.5x" in proc.stdout
+    result = json.loads(out.read_text())
+    assert result["config"]["episodes"] == result["config"]["concurrency"] == 8
+    for row in ("rlf_loop", "gateway"):
+        cpu, rate = result[row]["framework_cpu"], result[row]["throughput"]
+        assert cpu["episodes"] == rate["episodes"] == 8 and cpu["turns"] == rate["turns"] == 16, row
+        assert cpu["gen_latency_s"] == 0 and rate["gen_latency_s"] == 0.005
+        assert rate["wall_s"] >= 2 * 0.005  # two generate calls per episode really waited
+        for figures in (cpu, rate):
+            assert figures["cpu_s"] > 0 and figures["wall_s"] > 0 and figures["episodes_per_s"] > 0, row
+            assert figures["cpu_per_turn_s"] == figures["cpu_s"] / 16
+            assert figures["episodes_per_s"] == 8 / figures["wall_s"]
+    ratios = result["ratios"]
+    loop, gateway = result["rlf_loop"], result["gateway"]
+    cpu_ratio = gateway["framework_cpu"]["cpu_per_turn_s"] / loop["framework_cpu"]["cpu_per_turn_s"]
+    assert (
+        ratios["gateway_over_loop_cpu_per_turn"] == cpu_ratio and ratios["gateway_over_loop_cpu_per_turn_goal"] == 1.5
+    )
+    rate_ratio = gateway["throughput"]["episodes_per_s"] / loop["throughput"]["episodes_per_s"]
+    assert ratios["gateway_over_loop_episodes_per_s"] == rate_ratio
+    assert f"gateway / loop CPU per turn = {cpu_ratio:.2f}x" in proc.stdout
+    bad = subprocess.run(
+        [sys.executable, script, "--episodes", "0"], cwd=ROOT, capture_output=True, text=True, timeout=30
+    )
+    assert bad.returncode == 2 and "--episodes >= 1" in bad.stderr

@@ -63,9 +63,11 @@ LAYERS: dict[str, int] = {
     "rlfcore.runtime": 5,
     "rlfcore.sessions": 5,
     "rlfcore.builtins": 5,
-    # 6. The loop: multi-turn rollouts and what reads them (rewards, failures, warnings).
+    # 6. The loop: multi-turn rollouts (rlf's own, and agent programs' through the endpoint) and what
+    #    reads them (rewards, failures, warnings).
     "rlfcore.loop": 6,
     "rlfcore.chatloop": 6,
+    "rlfcore.agents": 6,
     "rlfcore.rewards": 6,
     "rlfcore.failures": 6,
     "rlfcore.diagnostics": 6,

@@ -1,4 +1,5 @@
-"""One trajectory's tokens for the token view: text, loss mask, logprob and the template check.
+"""One trajectory's tokens for the token view: text, loss mask, logprob and the template check, and
+an agent episode's segments (each token sequence the agent started anew, with why).
 
 The tokenizer comes from the run itself (the newest checkpoint's model folder, else ``model.tokenizer``
 or ``model.path`` when they are absolute paths); without one the view shows token ids.
@@ -69,12 +70,23 @@ def mismatch_at(reason: str | None, length: int) -> int | None:
     return min(int(found.group(1)), length) if found else None
 
 
+@dataclass
+class Segment:
+    """One token sequence of an agent episode: why the agent began it, its counts, and (on the token
+    view) its tokens; the last is the record's own token fields."""
+
+    number: int
+    reason: str | None
+    last: bool
+    prompt: int
+    generated: int
+    observed: int
+    tokens: list[Token]
+
+
 def tokens(record: dict[str, Any], tokenizer: Any | None, window: int = 12) -> tuple[list[Token], int | None]:
     """The tokens of ``record`` in order, and the index where the template check found a departure."""
-    prompt = [i for i in record.get("prompt_ids") or [] if isinstance(i, int)]
-    response = [i for i in record.get("response_ids") or [] if isinstance(i, int)]
-    mask = list(record.get("response_mask") or [])
-    logprobs = list(record.get("logprobs") or [])
+    prompt, response, mask, logprobs = _fields(record)
     ids = prompt + response
     at = mismatch_at(record.get("template_mismatch"), len(ids))
     texts = _pieces(ids, tokenizer)
@@ -89,6 +101,44 @@ def tokens(record: dict[str, Any], tokenizer: Any | None, window: int = 12) -> t
             lp = logprobs[j] if gen and j < len(logprobs) and isinstance(logprobs[j], (int, float)) else None
         out.append(Token(i, tid, text, part, lp, at is not None and at <= i < at + window))
     return out, at
+
+
+def segments(record: dict[str, Any], tokenizer: Any | None = None, own: list[Token] | None = None) -> list[Segment]:
+    """An agent episode's segments in order, the record's own last; none for an ordinary trajectory.
+
+    With ``own`` (the record's tokens from :func:`tokens`) each segment carries its tokens, the earlier
+    ones decoded with ``tokenizer``; without it only counts (the sample page decodes nothing).
+    """
+    earlier = record.get("segments")
+    earlier = earlier if isinstance(earlier, list) else []
+    if not earlier and record.get("segment_reason") is None:
+        return []
+    parts = [s if isinstance(s, dict) else {} for s in earlier] + [record]
+    out = []
+    for n, part in enumerate(parts, 1):
+        last = n == len(parts)
+        prompt, response, mask, _ = _fields(part)
+        generated = sum(1 for m in mask[: len(response)] if m == 1)
+        if own is None:
+            toks = []
+        elif last:
+            toks = own
+        else:
+            toks = tokens(part, tokenizer)[0]
+        reason = record.get("segment_reason") if last else part.get("reason")
+        reason = None if reason is None else str(reason)
+        out.append(Segment(n, reason, last, len(prompt), generated, len(response) - generated, toks))
+    return out
+
+
+def _fields(record: dict[str, Any]) -> tuple[list[int], list[int], list[Any], list[Any]]:
+    """A record's (or segment's) token fields as lists (a field that is not one counts as empty), with
+    ids that are not integers left out."""
+    prompt, response, mask, logprobs = (
+        v if isinstance(v, list) else []
+        for v in (record.get(k) for k in ("prompt_ids", "response_ids", "response_mask", "logprobs"))
+    )
+    return [i for i in prompt if isinstance(i, int)], [i for i in response if isinstance(i, int)], mask, logprobs
 
 
 def _pieces(ids: list[int], tokenizer: Any | None) -> list[str]:

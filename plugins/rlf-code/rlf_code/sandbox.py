@@ -105,6 +105,20 @@ def processes_of(uid: int) -> list[int]:
     return pids
 
 
+def live_in_group(pgid: int) -> list[int]:
+    """The pids of the process group ``pgid`` that have not died yet (zombies are dead: only reaping is left)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except (FileNotFoundError, ProcessLookupError, IndexError):
+                continue
+            if int(fields[2]) == pgid and fields[0] not in "ZX":
+                pids.append(int(entry.name))
+    return pids
+
+
 def private_homes(python: str) -> tuple[list[str], list[str]]:
     """The folders to hide from a sandbox (this user's home, unless it is open to all) and, of the
     interpreter's own folders, those inside it, to expose again so that ``python`` still runs."""
@@ -342,6 +356,9 @@ class Sandbox:
             except ProcessLookupError:
                 pass
             proc.wait()
+            deadline = time.monotonic() + 5
+            while live_in_group(proc.pid) and time.monotonic() < deadline:  # without a uid, the group is all we reach
+                time.sleep(0.005)
         if self.uid is not None:
             deadline = time.monotonic() + 5
             kill_uid(self.uid)

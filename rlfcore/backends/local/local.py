@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from rlfcore.agents.rollout import AgentRollout, agent_rollout
 from rlfcore.backends.local import grpo, lora
 from rlfcore.backends.local.checkpoint import load_error
 from rlfcore.backends.local.rundir import RunDir, rng_state, set_rng_state
@@ -33,7 +34,7 @@ from rlfcore.data import Row
 from rlfcore.diagnostics import Advisor, trajectory_warnings
 from rlfcore.engines.transformers import TransformersEngine
 from rlfcore.failures import check_not_all_failed
-from rlfcore.loop import Rollout, Trajectory
+from rlfcore.loop import Rollout, Tokens, Trajectory
 from rlfcore.rewards import RewardPipeline, turn_returns
 from rlfcore.runtime import Runtime
 from rlfcore.signals import Interrupted, deferred
@@ -96,7 +97,9 @@ class LocalTrainer:
             threads=self.config.engine.threads,
             tokenizer=self.tok,
         )
-        self.rollout = Rollout(runtime, self.engine, self.tok)
+        self.rollout: Rollout | AgentRollout = agent_rollout(runtime, self.engine, self.tok) or Rollout(
+            runtime, self.engine, self.tok
+        )
         self.rewards = RewardPipeline(runtime)
         self.adapted = lora.is_adapted(model)
         self.kl = self.cfg.kl_coef > 0
@@ -263,37 +266,43 @@ class LocalTrainer:
                 "lr": float(self.scheduler.get_last_lr()[0]),
             }
         adv = self._advantages(usable)
+        # Every token sequence of a trajectory trains with its advantages: its own, and an agent
+        # episode's earlier segments (agent runs use outcome advantages, one per episode).
+        owner = [i for i, t in enumerate(usable) for _ in t.sequences()]
+        seqs = [s for t in usable for s in t.sequences()]
         # A sample whose advantages are all 0 (its whole group scored alike) adds nothing to the gradient
         # without a KL term: it still counts in the normalisation, but needs no forward pass.
-        active = [i for i, a in enumerate(adv) if any(x != 0.0 for x in a) or self.kl]
-        lengths = [len(t.prompt_ids) + len(t.response_ids) for t in usable]
+        active = [j for j, i in enumerate(owner) if any(x != 0.0 for x in adv[i]) or self.kl]
+        lengths = [len(s.prompt_ids) + len(s.response_ids) for s in seqs]
         chunks = grpo.pack(lengths, active, self.cfg.micro_batch_size, self.cfg.micro_batch_tokens)
         # A step's prompts start alike (the system prompt with its tools): each micro-batch computes
         # its rows' common start once (grpo.Batch), for the same logprobs and gradients.
         batches = [
             grpo.collate(
-                [usable[i].prompt_ids for i in c],
-                [usable[i].response_ids for i in c],
-                [usable[i].response_mask for i in c],
+                [seqs[j].prompt_ids for j in c],
+                [seqs[j].response_ids for j in c],
+                [seqs[j].response_mask for j in c],
                 self.pad_id,
                 share_prefix=True,
             ).to(self.device)
             for c in chunks
         ]
         if self.cfg.turn_advantage == "outcome":
-            advantages = [torch.tensor([adv[i][0] for i in c], dtype=torch.float32, device=self.device) for c in chunks]
+            advantages = [
+                torch.tensor([adv[owner[j]][0] for j in c], dtype=torch.float32, device=self.device) for c in chunks
+            ]
         else:
             advantages = [
                 grpo.response_tensor(
-                    [usable[i].prompt_ids for i in c],
-                    [self._token_advantages(usable[i], adv[i]) for i in c],
+                    [seqs[j].prompt_ids for j in c],
+                    [self._token_advantages(usable[owner[j]], adv[owner[j]]) for j in c],
                     b.loss_mask,
                     b.shared,
                 )
                 for c, b in zip(chunks, batches)
             ]
-        total_tokens = float(sum(sum(t.response_mask) for t in usable))
-        total_seqs = float(len(usable))
+        total_tokens = float(sum(sum(s.response_mask) for s in seqs))
+        total_seqs = float(len(seqs))
 
         # One pass over the batch is exactly on-policy: the old logprobs are this forward's own
         # (detached), so the extra no-grad forward that several epochs need is skipped.
@@ -336,7 +345,7 @@ class LocalTrainer:
             if chunks:
                 norms.append(float(torch.nn.utils.clip_grad_norm_(self.params, self.cfg.max_grad_norm)))
             self.optimizer.step()  # without gradients it changes nothing, and keeps the schedule in step
-        drift = self._engine_drift(usable, chunks, batches, old)
+        drift = self._engine_drift(seqs, chunks, batches, old)
         lr = float(self.scheduler.get_last_lr()[0])
         self.scheduler.step()
         return {
@@ -344,7 +353,7 @@ class LocalTrainer:
             "kl": statistics.fmean(kls) if kls else 0.0,
             "grad_norm": statistics.fmean(norms) if norms else 0.0,
             "clip_frac": statistics.fmean(clips) if clips else 0.0,
-            "active_fraction": len(active) / len(usable),
+            "active_fraction": len(active) / len(seqs),
             "lr": lr,
             "logprob_drift": drift,
         }
@@ -366,14 +375,14 @@ class LocalTrainer:
 
     @staticmethod
     def _engine_drift(
-        usable: list[Trajectory], chunks: list[list[int]], batches: list[grpo.Batch], old: list[torch.Tensor]
+        seqs: list[Tokens], chunks: list[list[int]], batches: list[grpo.Batch], old: list[torch.Tensor]
     ) -> float:
         """Mean |engine logprob - trainer logprob| over generated tokens: a token-level correctness check."""
         total, count = 0.0, 0
         for c, batch, logp in zip(chunks, batches, old):
             rows = logp.detach().cpu().tolist()
             for row, i in zip(rows, c):
-                t = usable[i]
+                t = seqs[i]
                 start = len(t.prompt_ids) - batch.shared - 1
                 for j, (m, lp) in enumerate(zip(t.response_mask, t.logprobs)):
                     if m:

@@ -25,11 +25,13 @@ from rlfcore.sequences import Sequence, SequenceBuilder
 
 
 def read_conversations(path: Path, runtime: Runtime, tok: HFChatTokenizer) -> list[Sequence]:
-    """JSONL rows with ``messages`` (and optionally ``env``): token sequences with loss masks.
+    """JSONL rows with ``messages`` (and optionally ``env`` and ``tools``): token sequences with loss masks.
 
-    The tools of the row's environment are rendered into the prompt, as in rollouts.
+    The prompt renders the row's own ``tools``, else ``sft.tools``, else the tools of the row's
+    environment, as rollouts render them.
     """
     builder = SequenceBuilder(tok)
+    shared = sft_tools(runtime)
     out = []
     with path.open() as f:
         for n, line in enumerate(f, 1):
@@ -39,12 +41,31 @@ def read_conversations(path: Path, runtime: Runtime, tok: HFChatTokenizer) -> li
             messages = row.get("messages")
             if not isinstance(messages, list):
                 raise ValueError(f"{path}:{n}: an SFT row needs 'messages', a list of chat messages")
-            env = runtime.env_of({"env": row.get("env"), "id": row.get("id", n)})
-            tools = [t.schema() for t in runtime.tools_for(env).values()] or None
+            tools = row.get("tools") or shared
+            if tools is None:
+                env = runtime.env_of({"env": row.get("env"), "id": row.get("id", n)})
+                tools = [t.schema() for t in runtime.tools_for(env).values()] or None
+            elif not isinstance(tools, list):
+                raise ValueError(f"{path}:{n}: 'tools' must be a list of tool schemas")
             out.append(builder.conversation(messages, tools))
     if not out:
         raise ValueError(f"{path}: no conversations")
     return out
+
+
+def sft_tools(runtime: Runtime) -> list[dict[str, Any]] | None:
+    """The tool schemas of ``sft.tools``, or None when it is not set."""
+    name = runtime.config.sft.tools
+    if name is None:
+        return None
+    path = runtime.config.path(name)
+    try:
+        tools = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"sft.tools: cannot read {path}: {exc}") from None
+    if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
+        raise ValueError(f"sft.tools: {path} must hold a JSON list of tool schemas")
+    return tools
 
 
 def train_sft(

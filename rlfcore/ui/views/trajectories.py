@@ -1,4 +1,5 @@
-"""A step's trajectories by GRPO group, one sample (or two side by side), its tokens, its raw line.
+"""A step's trajectories by GRPO group, one sample (or two side by side), its tokens, its raw line;
+an agent episode's sample and tokens by segment.
 
 Each page reads only its own lines of the sample file, through the file's byte-offset index
 (:mod:`rlfcore.ui.samples`), and shows records made safe to render (:mod:`rlfcore.ui.records`).
@@ -19,7 +20,7 @@ from rlfcore.ui.params import index_param, int_param, number
 from rlfcore.ui.records import LINE_BYTES, shown, too_big
 from rlfcore.ui.samples import Entry, SampleIndex, sample_files, step_of
 from rlfcore.ui.tokens import load as load_tokenizer
-from rlfcore.ui.tokens import tokenizer_dir, tokens
+from rlfcore.ui.tokens import segments, tokenizer_dir, tokens
 
 GROUPS_PER_PAGE = 10
 
@@ -81,6 +82,7 @@ async def sample(request: Request) -> HTMLResponse:
         records=records,
         siblings=siblings,
         turns=_turns,
+        segments=segments,
     )
 
 
@@ -100,6 +102,7 @@ async def token_view(request: Request) -> HTMLResponse:
         i=i,
         record=record,
         tokens=toks,
+        segments=segments(record, tok, toks),
         mismatch_at=at,
         tokenizer=where,
     )
