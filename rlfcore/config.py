@@ -5,11 +5,16 @@ The schema (the core's sections, :class:`RunConfig`, :class:`ConfigError`) lives
 import RunConfig, load_config, ConfigError`` keeps working. Each enabled plugin owns the top-level
 section named after it, validated against the schema it registered. Every mistake is reported at
 once with its dotted path, the bad value and what was expected.
+
+Paths written in a config file are read from that file's folder; paths typed as overrides on a
+command line are read from the current folder, as in every CLI (:func:`typed_overrides`).
 """
 
 from __future__ import annotations
 
 import difflib
+import json
+import os
 import typing
 from pathlib import Path
 from typing import Any
@@ -18,10 +23,11 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from rlfcore.hookcall import config_schema
-from rlfcore.paths import config_dir
+from rlfcore.paths import config_dir, recorded_source
 from rlfcore.plugins import PluginError, PluginManager
 from rlfcore.schema import (
     LORA_TARGETS,
+    REDACTED,
     ConfigError,
     ConfigIssue,
     DataConfig,
@@ -36,6 +42,8 @@ from rlfcore.schema import (
     SFTConfig,
     ToolsConfig,
     TrainerConfig,
+    is_secret,
+    missing_key_env,
 )
 
 __all__ = [
@@ -58,7 +66,23 @@ __all__ = [
     "load_config",
     "missing_files",
     "read_yaml",
+    "typed_overrides",
 ]
+
+PATH_SETTINGS = (
+    "model.path",
+    "model.tokenizer",
+    "model.init.tokenizer",
+    "model.init.texts",
+    "data.train",
+    "data.eval",
+    "sft.data",
+    "sft.tools",
+    "local_plugins",
+    "agent.entry",
+)
+"""The core's settings that name files or folders (a list: each entry). Plugins' sections carry no such
+mark, so a plugin's path typed on the command line is read from the config's folder, as in the file."""
 
 
 # --- reading ---------------------------------------------------------------------------------------
@@ -110,6 +134,62 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> list[ConfigIs
     return issues
 
 
+def typed_overrides(overrides: list[str] | tuple[str, ...], cwd: Path | None = None) -> list[str]:
+    """``overrides`` as a command line gives them: a relative path in a :data:`PATH_SETTINGS` setting is
+    made absolute from ``cwd`` (the current folder), since the user typed it there, not in the config's
+    folder. Whole sections (``data={train: a.jsonl}``) are looked through; other overrides are unchanged."""
+    here = cwd or Path.cwd()
+    out = []
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        inside = [p for p in PATH_SETTINGS if p == key or p.startswith(key + ".")]
+        if not sep or not key or not inside:
+            out.append(item)
+            continue
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        changed = value
+        for setting in inside:
+            changed = _typed_at(
+                changed, setting[len(key) :].lstrip(".").split(".") if setting != key else [], setting, here
+            )
+        out.append(item if changed == value else f"{key}={json.dumps(changed)}")
+    return out
+
+
+def _typed_at(value: Any, rest: list[str], setting: str, here: Path) -> Any:
+    """``value`` with the path at ``rest`` inside it (``[]``: ``value`` itself) made absolute from ``here``."""
+    if rest:
+        if not isinstance(value, dict) or rest[0] not in value:
+            return value
+        return {**value, rest[0]: _typed_at(value[rest[0]], rest[1:], setting, here)}
+    if isinstance(value, list):
+        return [_typed_path(v, setting, here) for v in value]
+    return _typed_path(value, setting, here)
+
+
+def _typed_path(value: Any, setting: str, here: Path) -> Any:
+    """One typed path made absolute; what is no path is left alone: a module name in ``local_plugins``
+    or ``agent.entry``, and for ``model.path`` / ``model.tokenizer`` a hub id (``org/name`` with no
+    ``org`` folder here)."""
+    if not isinstance(value, str) or not value:
+        return value
+    suffix = ""
+    if setting == "agent.entry":
+        value, _, fn = value.rpartition(":") if ":" in value else (value, "", "")
+        suffix = f":{fn}" if fn else ""
+    if setting in ("local_plugins", "agent.entry") and not value.endswith(".py"):
+        return value + suffix
+    path = Path(value).expanduser()
+    hub_like = not value.startswith((".", "/", "~")) and value.count("/") == 1 and not (here / path.parts[0]).exists()
+    if setting in ("model.path", "model.tokenizer") and hub_like:
+        return value
+    return os.path.normpath(path if path.is_absolute() else here / path) + suffix
+
+
 def _loc_path(prefix: str, loc: tuple[Any, ...]) -> str:
     parts = [prefix] if prefix else []
     for p in loc:
@@ -138,7 +218,8 @@ def _issues_from(exc: ValidationError, model: type[BaseModel], prefix: str = "")
             parent = _model_at(model, loc[:-1])
             known = list(parent.model_fields) if parent else []
             hint = difflib.get_close_matches(str(loc[-1]), known, n=1)
-            msg = f"unknown key (value {err['input']!r})"
+            shown = REDACTED if is_secret(str(loc[-1])) and isinstance(err["input"], str) else err["input"]
+            msg = f"unknown key (value {shown!r})"
             msg += (
                 f"; did you mean '{hint[0]}'?" if hint else (f"; expected one of: {', '.join(known)}" if known else "")
             )
@@ -159,11 +240,15 @@ def load_config(
 
     Raises ConfigError with every mistake found, or PluginError when an enabled plugin fails to load.
     """
+    origin: Path | None = None
     if isinstance(source, dict):
         data, label, base = dict(source), "config", Path.cwd()
     else:
-        data, label, base = read_yaml(source), str(source), config_dir(source)
+        data, label = read_yaml(source), str(source)
+        origin = recorded_source(Path(source).read_text())  # a run's saved copy: paths as in the original
+        base = config_dir(origin or source)
     issues = apply_overrides(data, overrides or [])
+    issues += _redacted_values(data)
 
     manager = manager or PluginManager()
     if not manager.infos:
@@ -235,8 +320,9 @@ def load_config(
         issues += core_issues
     if config is not None:
         config._settings = settings
-        config._source = None if isinstance(source, dict) else Path(source)
+        config._source = None if isinstance(source, dict) else (origin or Path(source))
         issues += _check_envs(config, manager)
+        issues += _check_key_env(config)
         issues += _check_loggers(config)
     if issues:
         raise ConfigError(issues, source=label)
@@ -252,12 +338,38 @@ def missing_files(config: RunConfig) -> list[ConfigIssue]:
     issues = []
     for key, value in named:
         if value and not config.path(value).exists():
-            issues.append(
-                ConfigIssue(
-                    path=key, message=f"no such file: {config.path(value)} (read relative to the config's folder)"
-                )
-            )
+            how = "" if Path(value).is_absolute() else " (read relative to the config's folder)"
+            issues.append(ConfigIssue(path=key, message=f"no such file: {config.path(value)}{how}"))
     return issues
+
+
+def _redacted_values(data: Any, prefix: str = "") -> list[ConfigIssue]:
+    """Secrets a saved config holds only as :data:`REDACTED`: a run folder never keeps one, so a config
+    read back from it needs them given again."""
+    issues = []
+    if isinstance(data, (dict, list)):
+        items = data.items() if isinstance(data, dict) else ((f"[{i}]", v) for i, v in enumerate(data))
+        for key, value in items:
+            path = f"{prefix}{key}" if str(key).startswith("[") else f"{prefix}.{key}" if prefix else str(key)
+            if value == REDACTED:
+                how = " (better: engine.api_key_env=NAME, the variable holding it)" if path == "engine.api_key" else ""
+                issues.append(
+                    ConfigIssue(
+                        path=path,
+                        message=f"a secret, not saved with the config: give it again as {path}=...{how}",
+                    )
+                )
+            else:
+                issues += _redacted_values(value, path)
+    return issues
+
+
+def _check_key_env(config: RunConfig) -> list[ConfigIssue]:
+    """``engine.api_key_env`` naming an unset variable, for the engines that send the key."""
+    name = config.engine.api_key_env
+    if name is None or config.engine.name not in ("openai", "openai-chat") or os.environ.get(name):
+        return []
+    return [ConfigIssue(path="engine.api_key_env", message=missing_key_env(name))]
 
 
 def _check_loggers(config: RunConfig) -> list[ConfigIssue]:

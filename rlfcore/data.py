@@ -12,10 +12,13 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rlfcore.surrogates import first_lone
 from rlfcore.types import Message
+
+if TYPE_CHECKING:
+    from rlfcore.schema import RunConfig
 
 _ESCAPED_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
 """A ``\\uD800``-``\\uDFFF`` escape: half of a pair, or a lone surrogate."""
@@ -94,6 +97,69 @@ def read_rows(path: str | Path, limit: int | None = None) -> list[Row]:
         if limit is not None and len(rows) >= limit:
             break  # before the next line is read: `--limit` does not fail on a bad line past it
     return rows
+
+
+def read_difficulty(path: str | Path) -> dict[str, float]:
+    """Each row's solve rate from a difficulty file (``rlf eval --repeats``: one JSON line per row with
+    ``id`` and ``solve_rate``); errors name the file and line."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(
+            f"no such difficulty file: {path} (data.difficulty; write one with rlf eval --repeats K --difficulty PATH)"
+        )
+    rates: dict[str, float] = {}
+    for where, line in _jsonl(path):
+        if not isinstance(line, dict) or "id" not in line:
+            raise DataError(f"{where}: a difficulty line is an object with an 'id', got {line!r:.80}")
+        rate = line.get("solve_rate")
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0.0 <= rate <= 1.0:
+            raise DataError(f"{where}: 'solve_rate' must be a number from 0 to 1, got {rate!r:.80}")
+        row_id = str(line["id"])
+        if row_id in rates:
+            raise DataError(f"{where}: duplicate id {row_id!r}")
+        rates[row_id] = float(rate)
+    return rates
+
+
+def select_by_difficulty(
+    rows: list[Row], rates: dict[str, float], at_least: float | None, at_most: float | None, where: str = "difficulty"
+) -> list[Row]:
+    """The rows worth training on: drop those whose solve rate is ``>= at_least`` (always solved: no
+    signal left) or ``<= at_most`` (never solved: no signal yet). Rows the file does not profile stay;
+    a file that names rows the data lacks was made from other data, and is refused."""
+    ids = {r.id for r in rows}
+    unknown = [i for i in rates if i not in ids]
+    if unknown:
+        shown = ", ".join(repr(i) for i in unknown[:3]) + (f" and {len(unknown) - 3} more" if len(unknown) > 3 else "")
+        raise DataError(
+            f"{where}: names {len(unknown)} row(s) not in the training data ({shown}): was it made from another "
+            "dataset (data.eval rather than data.train)?"
+        )
+
+    def keep(row: Row) -> bool:
+        rate = rates.get(row.id)
+        if rate is None:
+            return True
+        return not ((at_least is not None and rate >= at_least) or (at_most is not None and rate <= at_most))
+
+    kept = [r for r in rows if keep(r)]
+    if not kept:
+        raise DataError(
+            f"{where}: every training row is dropped by data.drop_solved_at_least={at_least} / "
+            f"data.drop_solved_at_most={at_most}"
+        )
+    return kept
+
+
+def training_rows(rows: list[Row], config: RunConfig) -> list[Row]:
+    """``rows`` (data.train's) less those ``data.difficulty`` and its thresholds drop; all of them
+    without a difficulty file."""
+    data = config.data
+    if not data.difficulty:
+        return rows
+    path = config.path(data.difficulty)
+    rates = read_difficulty(path)
+    return select_by_difficulty(rows, rates, data.drop_solved_at_least, data.drop_solved_at_most, str(path))
 
 
 def _jsonl(path: Path) -> Iterable[tuple[str, Any]]:

@@ -1,12 +1,15 @@
 """``rlf eval``: rollouts and rewards over a dataset, one JSON line per trajectory, and a summary.
 
 Each group (the samples of one row) is scored and written as soon as it finishes, so an interrupted
-run keeps everything it finished.
+run keeps everything it finished. With several samples per row (``rlf eval --repeats k``) the
+summary also gives pass@k and mean@k, and :func:`row_profiles` each row's difficulty: the file
+``data.difficulty`` reads to pick training rows.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import statistics
 import time
 from collections import Counter
@@ -26,6 +29,57 @@ from rlfcore.loop import Rollout, Trajectory, TurnLoop
 from rlfcore.rewards import RewardPipeline
 from rlfcore.runtime import Runtime
 from rlfcore.surrogates import json_line
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """The unbiased pass@k of one row with ``c`` of ``n`` samples solved: 1 - C(n-c, k) / C(n, k), the
+    chance that k of its samples drawn without replacement hold a solved one (Chen et al., 2021)."""
+    if not 0 < k <= n:
+        raise ValueError(f"pass@{k} needs 1 <= k <= n samples, got n={n}")
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def k_values(n: int) -> list[int]:
+    """The k that pass@k is reported for with ``n`` samples a row: 1, the powers of 2 below n, and n."""
+    ks = [1]
+    while ks[-1] * 2 < n:
+        ks.append(ks[-1] * 2)
+    return ks + [n] if n > 1 else ks
+
+
+def row_profiles(trajectories: list[Trajectory], solved_at: float) -> list[dict[str, Any]]:
+    """One line per row, in the rows' order: its samples, how many scored ``>= solved_at``, its solve
+    rate, and its reward's mean and (population) variance. A failed sample counts, unsolved."""
+    by_row: dict[str, list[float]] = {}
+    for t in trajectories:
+        by_row.setdefault(t.row_id, []).append(t.reward)
+    return [
+        {
+            "id": row_id,
+            "samples": len(rewards),
+            "solved": sum(1 for r in rewards if r >= solved_at),
+            "solve_rate": sum(1 for r in rewards if r >= solved_at) / len(rewards),
+            "reward_mean": statistics.fmean(rewards),
+            "reward_var": statistics.pvariance(rewards),
+        }
+        for row_id, rewards in by_row.items()
+    ]
+
+
+def profile_summary(profiles: list[dict[str, Any]], solved_at: float) -> dict[str, Any]:
+    """pass@k for each of :func:`k_values` (rows averaged alike, whatever their sample count) and
+    mean@k, the rows' mean reward over their samples; k is the fewest samples any row has."""
+    n = min((p["samples"] for p in profiles), default=0)
+    if not n:
+        return {"samples_per_row": 0, "solved_at": solved_at, "pass_at_k": {}, "mean_at_k": 0.0}
+    return {
+        "samples_per_row": n,
+        "solved_at": solved_at,
+        "pass_at_k": {
+            k: statistics.fmean(pass_at_k(p["samples"], p["solved"], k) for p in profiles) for k in k_values(n)
+        },
+        "mean_at_k": statistics.fmean(p["reward_mean"] for p in profiles),
+    }
 
 
 def summarize(trajectories: list[Trajectory], seconds: float) -> dict[str, Any]:
@@ -61,8 +115,10 @@ async def evaluate(
     rows: list[Row],
     out: IO[str] | None = None,
     on_group: Callable[[list[Trajectory]], None] | None = None,
+    solved_at: float = 1.0,
 ) -> tuple[list[Trajectory], dict[str, Any]]:
-    """Roll out and score every row (``rollout.n`` samples each), writing JSON lines to ``out``.
+    """Roll out and score every row (``rollout.n`` samples each), writing JSON lines to ``out``; a
+    sample whose reward is at least ``solved_at`` solved its row (pass@k, :func:`profile_summary`).
 
     A chat engine runs the message loop (:mod:`rlfcore.chatloop`, no tokenizer); any other engine the
     token loop, which needs ``tokenizer``; a config with an ``agent`` runs that agent on the endpoint."""
@@ -88,8 +144,22 @@ async def evaluate(
     groups = await asyncio.gather(*(one(row) for row in rows))
     trajectories = [t for g in groups for t in g]
     summary = summarize(trajectories, time.perf_counter() - start)
+    summary.update(profile_summary(row_profiles(trajectories, solved_at), solved_at))
     summary["warnings"] = [m for _, m in trajectory_warnings(trajectories, runtime.config, groups=False)]
     return trajectories, summary
+
+
+def write_profiles(path: Path, profiles: list[dict[str, Any]], solved_at: float) -> None:
+    """The difficulty file: one JSON line per row, each with the threshold its solve rate used."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as f:
+        for p in profiles:
+            f.write(json_line({**p, "solved_at": solved_at}))
+
+
+def difficulty_out(out: Path) -> Path:
+    """``runs/eval-x.jsonl`` -> ``runs/eval-x.difficulty.jsonl``: the difficulty file beside the trajectories."""
+    return out.with_name(f"{out.stem if out.suffix == '.jsonl' else out.name}.difficulty.jsonl")
 
 
 def default_out(config_path: str | Path) -> Path:

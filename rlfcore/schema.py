@@ -8,13 +8,15 @@ kept beside the core's (:meth:`RunConfig.settings`).
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
-from rlfcore.paths import config_dir, config_path
+from rlfcore.paths import config_dir, config_path, source_header
 
 
 class _Section(BaseModel):
@@ -71,6 +73,33 @@ class DataConfig(_Section):
     train: str | None = Field(None, description="Training rows: JSONL or parquet.")
     eval: str | None = Field(None, description="Evaluation rows: JSONL or parquet.")
     default_env: str | None = Field(None, description="Environment of rows that name none.")
+    difficulty: str | None = Field(
+        None,
+        description="A difficulty file from `rlf eval --repeats` (one line per row: id, solve_rate, ...): "
+        "training rows are dropped by their solve rate (`drop_solved_at_least`, `drop_solved_at_most`).",
+    )
+    drop_solved_at_least: float | None = Field(
+        None, ge=0, le=1, description="Drop training rows whose solve rate is at least this (1.0: always solved)."
+    )
+    drop_solved_at_most: float | None = Field(
+        None, ge=0, le=1, description="Drop training rows whose solve rate is at most this (0.0: never solved)."
+    )
+
+    @model_validator(mode="after")
+    def _difficulty_thresholds(self) -> DataConfig:
+        thresholds = self.drop_solved_at_least is not None or self.drop_solved_at_most is not None
+        if thresholds and not self.difficulty:
+            raise ValueError(
+                "drop_solved_at_least and drop_solved_at_most need data.difficulty, the file of solve rates"
+            )
+        if self.difficulty and not thresholds:
+            raise ValueError("data.difficulty drops nothing without drop_solved_at_least or drop_solved_at_most")
+        low, high = self.drop_solved_at_most, self.drop_solved_at_least
+        if low is not None and high is not None and low >= high:
+            raise ValueError(
+                f"drop_solved_at_most ({low}) must be below drop_solved_at_least ({high}): it drops every row"
+            )
+        return self
 
 
 class SamplingConfig(_Section):
@@ -142,7 +171,16 @@ class EngineConfig(_Section):
         "api",
         description="For `openai-chat`: tool calls in the API's `tools` field (`api`), or as text in `rollout.parser`'s format (`text`).",
     )
-    api_key: str | None = None
+    api_key: str | None = Field(
+        None,
+        description="For `openai` and `openai-chat`: the bearer key, in clear; never saved or printed "
+        "(`api_key_env` keeps it out of the config).",
+    )
+    api_key_env: str | None = Field(
+        None,
+        min_length=1,
+        description="For `openai` and `openai-chat`: the environment variable that holds the key, by name.",
+    )
     timeout_s: float = Field(
         600.0,
         gt=0,
@@ -156,6 +194,55 @@ class EngineConfig(_Section):
     threads: int | None = Field(
         None, ge=1, description="For `transformers`: torch threads while generating; None: as for training."
     )
+
+    @model_validator(mode="after")
+    def _one_key(self) -> EngineConfig:
+        if self.api_key is not None and self.api_key_env is not None:
+            raise ValueError("set engine.api_key or engine.api_key_env (the variable that holds it), not both")
+        return self
+
+    def key(self) -> str | None:
+        """The API key: ``api_key``, or the value of the variable ``api_key_env`` names, read when the
+        engine starts so the key itself is in no config, run folder or log."""
+        if self.api_key_env is None:
+            return self.api_key
+        value = os.environ.get(self.api_key_env)
+        if not value:
+            raise ValueError(f"engine.api_key_env {missing_key_env(self.api_key_env)}")
+        return value
+
+
+def missing_key_env(name: str) -> str:
+    """Why ``engine.api_key_env`` gives no key, and what to do."""
+    return f"names {name}, which is not set in the environment: export {name}=<key> first"
+
+
+REDACTED = "<redacted>"
+"""What a secret's value is shown, logged and saved as."""
+
+_SECRET_WORDS = {"token", "secret", "password", "passwd", "authorization"}
+
+
+def is_secret(name: str) -> bool:
+    """Whether a setting named ``name`` holds a secret: ``*api_key*``, or a word ``token``, ``secret``,
+    ``password`` or ``authorization`` in it (``hf_token``, ``X-Auth-Token``; not ``max_tokens``). A name
+    ending in ``_env`` names an environment variable, which is no secret."""
+    low = name.lower().replace("-", "_")
+    if low.endswith("_env"):
+        return False
+    return "api_key" in low or "apikey" in low or bool(_SECRET_WORDS & set(re.split(r"[^a-z0-9]+", low)))
+
+
+def redacted(value: Any) -> Any:
+    """``value`` (a resolved config, or part of one) with every non-empty string under a secret's name
+    replaced by :data:`REDACTED`."""
+    if isinstance(value, dict):
+        return {
+            k: REDACTED if is_secret(str(k)) and isinstance(v, str) and v else redacted(v) for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [redacted(v) for v in value]
+    return value
 
 
 class RewardConfig(_Section):
@@ -227,6 +314,12 @@ class TrainerConfig(_Section):
     device: str = Field("auto", description="cpu, cuda, or auto.")
     checkpoint_every: int = Field(50, ge=1)
     samples_per_step: int = Field(4, ge=0, description="Trajectories saved per step in samples/.")
+    resample_zero_variance: int = Field(
+        0,
+        ge=0,
+        description="Dynamic sampling (DAPO): up to this many fresh prompts per step replace groups whose rewards "
+        "are all equal; 0: off.",
+    )
     loggers: list[Literal["tensorboard", "wandb", "mlflow", "trackio"]] = Field(
         default_factory=list,
         description="Experiment trackers fed every step's metrics, besides metrics.jsonl (each must be installed).",
@@ -341,15 +434,19 @@ class RunConfig(_Section):
         return [n for n in self._settings if n not in self.plugins]
 
     def resolved(self) -> dict[str, Any]:
-        """Everything this run uses, defaults filled in: what is saved beside every run."""
+        """Everything this run uses, defaults filled in, secrets :func:`redacted`: what is saved beside
+        every run, printed by ``rlf config`` and sent to trackers."""
         out = self.model_dump(mode="json")
         for name, section in self._settings.items():
             if section is not None:
                 out[name] = section.model_dump(mode="json")
-        return out
+        return redacted(out)
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(yaml.safe_dump(self.resolved(), sort_keys=False))
+        """Write :meth:`resolved` to ``path``, headed by the config file it came from (when it has one), so
+        the copy reads its relative paths as the original did (:func:`rlfcore.paths.recorded_source`)."""
+        header = source_header(self.source) if self.source else ""
+        Path(path).write_text(header + yaml.safe_dump(self.resolved(), sort_keys=False))
 
 
 class ConfigIssue(BaseModel):

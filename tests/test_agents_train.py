@@ -63,3 +63,16 @@ def test_every_segment_of_an_episode_trains(tmp_path):
         assert s["segment_reason"] == "the history was rewritten at message 0 (system)"
         [first] = s["segments"]
         assert first["reason"] == "first request" and sum(first["response_mask"]) > 0
+
+
+@pytest.mark.parametrize("agent", ["openai_agents_sdk", "qwen_agent_assistant"])
+def test_real_agent_libraries_train_with_rlf_train(tmp_path, agent):
+    """The OpenAI Agents SDK's Runner and qwen-agent's Assistant, unchanged, through `rlf train`: the
+    tiny model says little of sense after 20 SFT steps, but every episode is recorded and trained."""
+    pytest.importorskip("agents" if agent == "openai_agents_sdk" else "qwen_agent")
+    programs = ROOT / "tests" / "agent_programs.py"
+    samples = train(tmp_path, f"agent.entry={programs}:{agent}", "agent.timeout_s=30")
+    assert samples
+    for s in samples:
+        assert s["segment_reason"] is not None and s["generated_tokens"] > 0, s["error"]
+        assert s["stop_reason"] in ("answer", "agent_error", "max_response_tokens", "max_total_tokens"), s["error"]

@@ -80,7 +80,9 @@ ROWS = {
     "mismatch": [{"id": "ws", "prompt": "What is 2+3, with spaces?", "ground_truth": "5"}],
     "timeouts": [{"id": "slow", "prompt": "Wait for it.", "ground_truth": "done"}],
     "badreward": [{"id": "boom", "prompt": "Score me.", "ground_truth": "boom"}],
+    "sure": [{"id": "sure", "prompt": "What is 2+3, surely?", "ground_truth": "5"}],
 }
+DEAD_PID = 4_194_305  # above Linux's largest pid_max: no process has it
 
 
 def policy(request_id: str, prompt: str) -> str:
@@ -93,6 +95,8 @@ def policy(request_id: str, prompt: str) -> str:
         return "done" if called else CALL_SLOW
     if row == "boom":
         return "whatever"
+    if row == "sure":  # a row the policy has learnt: every sample right
+        return "5" if called else CALL_ADD
     if int(k) % 2:
         return "7"
     return ("5" if row == "q1" else "8") if called else CALL_ADD
@@ -171,15 +175,22 @@ def metrics_line(step: int, records: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def write_run(folder: Path, steps: list[list[dict[str, Any]]], tokenizer_dir: Path, finished: bool = True) -> Path:
+def write_run(
+    folder: Path,
+    steps: list[list[dict[str, Any]]],
+    tokenizer_dir: Path,
+    finished: bool = True,
+    checkpoint: bool = True,
+) -> Path:
     """A run folder as ``rlf train`` leaves it: config, metrics and samples per step, a checkpoint, a summary."""
     folder.mkdir(parents=True)
     (folder / "config.yaml").write_text("plugins: []\ntrainer:\n  steps: 3\nrollout:\n  n: 4\n")
-    model = folder / "checkpoints" / "step_000001" / "model"
-    model.mkdir(parents=True)
-    for f in tokenizer_dir.iterdir():
-        (model / f.name).write_bytes(f.read_bytes())
-    (model.parent / "trainer.pt").write_bytes(b"state")
+    if checkpoint:
+        model = folder / "checkpoints" / "step_000001" / "model"
+        model.mkdir(parents=True)
+        for f in tokenizer_dir.iterdir():
+            (model / f.name).write_bytes(f.read_bytes())
+        (model.parent / "trainer.pt").write_bytes(b"state")
     (folder / "samples").mkdir()
     for step, records in enumerate(steps, 1):
         append_step(folder, step, records)
@@ -195,6 +206,59 @@ def append_step(folder: Path, step: int, records: list[dict[str, Any]]) -> None:
         f.write(json.dumps(metrics_line(step, records)) + "\n")
 
 
+def write_launch(folder: Path, kind: str, config: Path, rc: int | None, pid: int = DEAD_PID, **more: Any) -> None:
+    """``ui_launch.json`` as the launch page writes it (``rc`` None: the process has not ended, or its
+    end was never recorded because the UI that launched it stopped first)."""
+    out = ["--out", str(folder / "eval.jsonl")] if kind == "eval" else ["--run-dir", str(folder)]
+    record = {
+        "kind": kind,
+        "config": str(config),
+        "overrides": [],
+        "resume": False,
+        "command": ["python", "-m", "rlfcore", kind, str(config), *out],
+        "pid": pid,
+        "started": 1000.0,
+        "rc": rc,
+        **({"ended": 1042.0} if rc is not None else {}),
+        **more,
+    }
+    (folder / "ui_launch.json").write_text(json.dumps(record))
+
+
+def write_eval(folder: Path, records: list[dict[str, Any]], config: Path, rc: int | None, pid: int = DEAD_PID) -> Path:
+    """An eval launched from the UI: its launch record, its log and ``eval.jsonl``; no metrics at all."""
+    folder.mkdir(parents=True)
+    with (folder / "eval.jsonl").open("w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in records)
+    (folder / "ui.log").write_text(f"$ -m rlfcore eval {config}\neval 2/2 rows  reward 0.500\n")
+    write_launch(folder, "eval", config, rc, pid)
+    return folder
+
+
+def write_trained(folder: Path, step_records: list[dict[str, Any]], saved: list[dict[str, Any]], config: Path) -> Path:
+    """A healthy run launched from the UI and finished: 3 GRPO steps whose metrics cover all their samples
+    (``step_records``), of which each step saved only ``saved`` (``trainer.samples_per_step: 4`` of a group
+    of ``rollout.n: 8``, all right); KL and drift near 1e-7; 200 SFT steps, token accuracy every 50."""
+    folder.mkdir(parents=True)
+    (folder / "config.yaml").write_text("plugins: []\ntrainer:\n  steps: 3\n  samples_per_step: 4\nrollout:\n  n: 8\n")
+    with (folder / "sft_metrics.jsonl").open("w") as f:
+        for step in range(1, 201):
+            row: dict[str, Any] = {"step": step, "loss": 3.0 / step**0.5}
+            if step % 50 == 0:
+                row["token_accuracy"] = 0.5 + step / 500
+            f.write(json.dumps(row) + "\n")
+    (folder / "samples").mkdir()
+    for step in range(1, 4):
+        with (folder / "samples" / f"step_{step:06d}.jsonl").open("w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in saved)
+        line = {**metrics_line(step, step_records), "kl": step * 1.1e-7, "logprob_drift": step * 4e-8, "active_fraction": 0.5}
+        with (folder / "metrics.jsonl").open("a") as f:
+            f.write(json.dumps(line) + "\n")
+    (folder / "summary.json").write_text(json.dumps({"status": "finished", "steps": 3, "total_s": 42.0}))
+    write_launch(folder, "train", config, 0)
+    return folder
+
+
 @pytest.fixture(scope="session")
 def ui_world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """A runs folder with a finished run, a live one, and runs with a token mismatch, tool timeouts and a failed reward."""
@@ -204,6 +268,7 @@ def ui_world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     tok = build_tokenizer(base / "model")
     config = write_config(base, plugin)
     good = roll(config, tok, ROWS["good"])
+    sure = roll(config, tok, ROWS["sure"])
     runs = base / "runs"
     made = {
         "finished": write_run(runs / "finished", [good, good, good], base / "model"),
@@ -213,7 +278,14 @@ def ui_world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "badreward": write_run(
             runs / "badreward", [roll(config, tok, ROWS["badreward"] + ROWS["good"])], base / "model"
         ),
+        "trained": write_trained(runs / "trained", good + sure, sure, config),
+        "evaluated": write_eval(runs / "evaluated", good, config, rc=0),
+        "stopped": write_run(runs / "stopped", [good], base / "model", finished=False, checkpoint=False),
+        "orphaned": write_run(runs / "orphaned", [good], base / "model", finished=False),
     }
+    (runs / "stopped" / "summary.json").write_text(json.dumps({"status": "stopped", "steps": 1}))
+    write_launch(runs / "stopped", "train", config, 143, stopped=True)
+    write_launch(runs / "orphaned", "train", config, None)  # its UI ended first: the exit code never came
     return {"base": base, "runs": runs, "config": config, "made": made, "good": good}
 
 
@@ -269,6 +341,71 @@ def test_banner_warns_of_failed_rewards_timeouts_and_mismatches(client) -> None:
     assert "reward error" in client.get("/banner?run=badreward").text
     assert "depart from a full rendering" in client.get("/banner?run=mismatch").text
     assert 'role="alert"' not in client.get("/banner?run=finished").text  # nothing wrong there
+
+
+def row_of(client: Any, run: str) -> str:
+    """Run ``run``'s row of the runs table."""
+    return client.get("/runs-table").text.split(f'data-run="{run}"')[1].split("</tr>")[0]
+
+
+def visible(page: str, button: str) -> bool:
+    """Whether the run page renders the button of id ``button`` unhidden."""
+    found = re.search(rf'<button id="{button}"[^>]*>', page)
+    return found is not None and " hidden" not in found.group(0)
+
+
+def test_a_finished_eval_run_shows_its_figures_not_a_stopped_training_run(client) -> None:
+    """Issue 33: an eval launched from the UI that exited 0 read "stopped", "step 0", "No metrics.jsonl
+    lines yet" and reward "–"."""
+    row = row_of(client, "evaluated")
+    assert "finished" in row and "eval: 8 trajectories" in row and "0.500" in row and "0m42s" in row, row
+    page = client.get("/run?run=evaluated").text
+    assert 'id="run-status">finished<' in page and 'id="run-trajectories">8<' in page
+    assert "step <span" not in page and 'id="charts"' not in page and "SFT warm start" not in page
+    assert "8 (2 rows) in eval.jsonl" in page and "0.5000 ± 0.5000" in page and "no_tool_call 4" in page
+    assert not visible(page, "stop-button") and not visible(page, "resume-button")
+    part = client.get("/eval-summary?run=evaluated").text
+    assert 'data-status="finished"' in part and 'data-trajectories="8"' in part
+    assert client.get("/trajectories?run=evaluated").text.count('class="sample-link"') == 8
+
+
+def test_status_comes_from_the_exit_code_and_the_buttons_follow_it(client) -> None:
+    """Stop only while the process runs; an ended process is never "running", however fresh its files."""
+    assert "finished" in row_of(client, "trained")
+    assert "stopped" in row_of(client, "stopped")
+    assert "resumable" in row_of(client, "orphaned")  # launched, the UI ended first, its files are fresh
+    trained = client.get("/run?run=trained").text
+    assert not visible(trained, "stop-button") and not visible(trained, "resume-button")
+    stopped = client.get("/run?run=stopped").text
+    assert not visible(stopped, "stop-button") and visible(stopped, "resume-button")
+    orphaned = client.get("/run?run=orphaned").text
+    assert not visible(orphaned, "stop-button") and visible(orphaned, "resume-button")
+
+
+def test_an_evals_status_is_its_exit_code(tmp_path: Path, ui_world: dict[str, Any]) -> None:
+    from rlfcore.ui.runs import status
+
+    cases = {"ok": (0, "finished"), "crash": (1, "failed"), "killed": (-15, "stopped"), "unknown": (None, "ended")}
+    for name, (rc, expected) in cases.items():
+        run = write_eval(tmp_path / name, ui_world["good"], ui_world["config"], rc)
+        assert status(run) == expected, (name, status(run))
+    (tmp_path / "byhand").mkdir()  # rlf eval --out RUN/eval.jsonl from a shell, still writing
+    (tmp_path / "byhand" / "eval.jsonl").write_text(json.dumps(ui_world["good"][0]) + "\n")
+    assert status(tmp_path / "byhand") == "running"
+
+
+def test_banner_judges_only_the_groups_the_saved_samples_hold_whole(client) -> None:
+    """Issue 33: a healthy run saving 4 samples a step (half a group of 8, all right) was warned of "no
+    reward variance in any of the 1 groups"."""
+    from rlfcore.ui.runs import warnings
+
+    assert 'role="alert"' not in client.get("/banner?run=trained").text
+    assert 'role="alert"' not in client.get("/banner?run=evaluated").text
+    alike = [{"row_id": "a", "reward": 1.0}] * 4
+    assert any("no reward variance in any of the 1 whole groups" in w for w in warnings([], alike, 4))
+    assert warnings([], alike, 8) == [] and warnings([], alike, None) == []
+    flat = [{"step": s, "reward_std": 0.4, "active_fraction": 0.0} for s in (1, 2, 3)]
+    assert any("active_fraction is 0" in w for w in warnings(flat, alike, 8))
 
 
 def test_log_tail_shows_the_last_lines(client, ui_world) -> None:
@@ -395,8 +532,10 @@ def test_launch_stop_and_refusals(client, ui_world) -> None:
     deadline = time.time() + 10
     while json.loads((run / "ui_launch.json").read_text())["rc"] is None and time.time() < deadline:
         time.sleep(0.1)
-    assert json.loads((run / "ui_launch.json").read_text())["rc"] not in (None, 0)
-    assert "failed" in client.get("/runs-table").text.split('data-run="launched"')[1].split("</tr>")[0]
+    ended = json.loads((run / "ui_launch.json").read_text())
+    assert ended["rc"] not in (None, 0) and ended["stopped"] is True
+    assert "stopped" in row_of(client, "launched")  # the Stop button ended it: not a failure
+    assert not visible(client.get("/run?run=launched").text, "stop-button")
     assert "$ -m rlfcore eval" in (run / "ui.log").read_text() or "rlfcore eval" in (run / "ui.log").read_text()
     assert "already ended" in client.post("/stop?run=launched").text
     assert "only runs started from the launch page" in client.post("/resume?run=finished").text

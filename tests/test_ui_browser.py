@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -42,7 +43,7 @@ if not Path(CHROMIUM).exists():
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed (pip install playwright)")
 uvicorn = pytest.importorskip("uvicorn")
 
-from test_ui import append_step, ui_world  # noqa: E402,F401  (the run folders, shared with the route tests)
+from test_ui import append_step, ui_world, write_eval, write_launch  # noqa: E402,F401  (the run folders, shared with the route tests)
 
 
 @pytest.fixture(scope="module")
@@ -92,10 +93,10 @@ def browser() -> Iterator[Any]:
         b.close()
 
 
-@pytest.fixture()
-def page(browser: Any, server: str) -> Iterator[Any]:
-    """A logged-in page: the browser opened the URL ``rlf ui`` prints, with its token, once."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
+def logged_in(browser: Any, server: str, width: int) -> Iterator[Any]:
+    """A page ``width`` pixels wide whose browser opened the URL ``rlf ui`` prints, with its token, once;
+    failing on any JavaScript error."""
+    context = browser.new_context(viewport={"width": width, "height": 900})
     p = context.new_page()
     p.set_default_timeout(60_000)  # CI's two cores are shared: a slow page is not a broken one
     errors: list[str] = []
@@ -105,6 +106,106 @@ def page(browser: Any, server: str) -> Iterator[Any]:
     yield p
     context.close()
     assert not errors, f"JavaScript errors: {errors}"
+
+
+@pytest.fixture()
+def page(browser: Any, server: str) -> Iterator[Any]:
+    yield from logged_in(browser, server, 1280)
+
+
+@pytest.fixture()
+def wide(browser: Any, server: str) -> Iterator[Any]:
+    """A logged-in page on a 1400 px wide screen."""
+    yield from logged_in(browser, server, 1400)
+
+
+def open_run(page: Any, server: str, run: str) -> None:
+    """Open ``run``'s page and wait until its banner's first poll has been answered and swapped in."""
+    with page.expect_response(lambda r: "/banner?" in r.url):
+        page.goto(f"{server}/run?run={run}")
+    page.wait_for_function(
+        "!['htmx-request', 'htmx-swapping', 'htmx-settling'].some(c => document.getElementById('banner').classList.contains(c))"
+    )
+
+
+BLUE_PIXELS = """(title) => {
+    // The pixels of the chart's canvas in its first series' colour (#1f77b4): what its line and points drew.
+    const c = document.querySelector('.chart[data-chart="' + title + '"] canvas');
+    const d = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
+    let n = 0;
+    for (let i = 0; i < d.length; i += 4)
+        if (Math.abs(d[i] - 31) < 30 && Math.abs(d[i + 1] - 119) < 30 && Math.abs(d[i + 2] - 180) < 30 && d[i + 3] > 100) n++;
+    return n; }"""
+
+
+def test_a_finished_train_run_status_charts_banner_and_layout(wide: Any, server: str, shots: Path) -> None:
+    """Issue 33 on a healthy finished run launched from the UI: no Stop, no alarm about the 4 samples it
+    saves a step, SFT token accuracy (every 50 steps) drawn, KL ticks near 1e-7 readable, the width used."""
+    page = wide
+    open_run(page, server, "trained")
+    page.wait_for_selector('#charts .chart[data-chart="KL and logprob drift"] canvas')
+    page.wait_for_selector('#sft-charts .chart[data-chart="SFT token accuracy"] canvas')
+    assert page.inner_text("#run-status") == "finished" and page.inner_text("#run-step") == "3"
+    assert page.locator("#stop-button").is_hidden() and page.locator("#resume-button").is_hidden()
+    assert page.locator("#banner .banner").count() == 0, page.inner_text("#banner")
+    page.wait_for_function(f"({BLUE_PIXELS})('SFT token accuracy') > 100", timeout=10_000)
+    labels = page.evaluate(
+        """() => document.querySelector('.chart[data-chart="KL and logprob drift"]')._chart.axes[1]._values"""
+    )
+    assert len(labels) > 2 and len(set(labels)) == len(labels), labels  # every tick read "0"
+    assert all(v == "0" or "e-" in v for v in labels), labels
+    box = page.evaluate("""() => {
+        const all = document.getElementById('charts').getBoundingClientRect();
+        return {right: all.right, width: all.width, charts: [...document.querySelectorAll('#charts .chart')].map(c => {
+            const b = c.getBoundingClientRect();
+            return {top: b.top, right: b.right, width: b.width, canvas: c.querySelector('canvas').getBoundingClientRect().width};
+        })}; }""")
+    first_row = [c for c in box["charts"] if abs(c["top"] - box["charts"][0]["top"]) < 2]
+    assert len(first_row) >= 3 and max(c["right"] for c in first_row) >= box["right"] - 2, box
+    assert sum(c["width"] for c in first_row) >= 0.95 * box["width"], box
+    assert all(c["canvas"] >= c["width"] - 24 for c in box["charts"]), box  # each chart fills its box
+    page.screenshot(path=str(shots / "run-finished-1400.png"), full_page=True)
+
+
+def test_an_eval_run_follows_its_process_to_finished(
+    page: Any, server: str, shots: Path, ui_world: dict[str, Any]
+) -> None:
+    """Issue 33: an eval launched from the UI that exited 0 showed "stopped", "step 0", no metrics and no reward."""
+    good = ui_world["good"]
+    process = subprocess.Popen(["sleep", "300"])  # stands in for the rlf eval the launch page started
+    try:
+        run = write_eval(ui_world["runs"] / "eval-live", good[:4], ui_world["config"], rc=None, pid=process.pid)
+        open_run(page, server, "eval-live")
+        assert page.inner_text("#run-status") == "running" and page.inner_text("#run-trajectories") == "4"
+        assert page.locator("#stop-button").is_visible()
+        with (run / "eval.jsonl").open("a") as f:
+            f.writelines(json.dumps(r) + "\n" for r in good[4:])
+    finally:
+        process.kill()
+        process.wait()
+    write_launch(run, "eval", ui_world["config"], 0)
+    page.wait_for_function("document.getElementById('run-status').textContent == 'finished'", timeout=10_000)
+    assert page.locator("#stop-button").is_hidden()
+    page.wait_for_function("document.getElementById('run-trajectories').textContent == '8'", timeout=10_000)
+    assert page.inner_text("#eval-reward") == "0.5000 ± 0.5000"
+    assert "8 (2 rows) in eval.jsonl" in page.inner_text("#eval-summary")
+    body = page.inner_text("main")
+    assert "step 0" not in body and "No metrics.jsonl" not in body and page.locator("#charts").count() == 0
+    assert page.locator("#banner .banner").count() == 0
+    page.screenshot(path=str(shots / "run-eval.png"), full_page=True)
+    page.goto(server + "/")
+    row = page.inner_text('tr[data-run="eval-live"]')
+    assert "finished" in row and "eval: 8 trajectories" in row and "0.500" in row, row
+
+
+def test_a_stopped_run_offers_resume_not_stop(page: Any, server: str, shots: Path) -> None:
+    open_run(page, server, "stopped")
+    page.wait_for_selector('#charts .chart[data-chart="reward"] canvas')
+    page.wait_for_function("document.getElementById('run-status').textContent == 'stopped'")
+    assert page.locator("#stop-button").is_hidden() and page.locator("#resume-button").is_visible()
+    assert page.locator("#banner .banner").count() == 0
+    assert page.get_attribute('#charts .chart[data-chart="reward"]', "data-points") == "1"
+    page.screenshot(path=str(shots / "run-stopped.png"), full_page=True)
 
 
 def test_runs_list_and_compare(page: Any, server: str, shots: Path) -> None:

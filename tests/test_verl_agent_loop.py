@@ -267,3 +267,39 @@ def test_worker_process_exit_runs_the_plugins_shutdown(tmp_path):
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "built"
     assert (tmp_path / "closed.txt").read_text() == "closed\n"
+
+
+def test_an_agent_program_runs_through_verls_worker(tiny, tmp_path):
+    """With ``agent`` in the config, each verl sample is an episode of the agent program on rlf's
+    endpoint, its tokens recorded as in the local backend, its reward from the agent's answer."""
+    from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
+    from verl.experimental.reward_loop.reward_loop import RewardLoopWorker
+
+    import rlfcore.backends.verl.plugin  # noqa: F401
+    from rlfcore.backends.verl.launch import prepare
+
+    programs = Path(__file__).with_name("agent_programs.py")
+    config = write_run(tmp_path, tiny, extra=f"agent:\n  entry: {programs}:sdk_agent\n")
+    plan = prepare(config, [], ["actor_rollout_ref.rollout.agent.num_workers=1"], tmp_path / "out")
+    cfg = plan.config
+
+    async def scenario():
+        reward_worker = RewardLoopWorker(cfg)
+        worker = AgentLoopWorker(
+            cfg, llm_client=None, reward_loop_worker_handles=[_InProcessRewardHandle(reward_worker)]
+        )
+        worker.llm_client = ScriptedServerClient(worker.tokenizer)
+        batch = _batch(plan, worker.tokenizer)
+        return worker, await worker.generate_sequences(batch)
+
+    worker, out = asyncio.run(scenario())
+    tok = worker.tokenizer
+    for i in range(len(out)):
+        trace = out.non_tensor_batch["rlf"][i]
+        assert trace["stop_reason"] == "answer", trace["error"]
+        assert trace["segment_reason"] == "first request" and trace["untrained_segments"] == []
+        valid = int(out.batch["attention_mask"][i, cfg.data.max_prompt_length :].sum())
+        text = tok.decode(out.batch["responses"][i, :valid].tolist())
+        assert "<tool_call>" in text and "<tool_response>\n5\n</tool_response>" in text  # the agent's own add
+        row = int(trace["row_id"][1:])
+        assert out.non_tensor_batch["score"][i] == (1.0 if row % 2 == 0 else 0.0)

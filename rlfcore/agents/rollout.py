@@ -11,9 +11,10 @@ episode's (a budget it ran into, ``max_requests``) or the agent's (``answer``, `
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from rlfcore.agents.episode import Episode, Segment
@@ -39,8 +40,8 @@ def task_of(row: Row) -> dict[str, Any]:
 class EpisodeRun:
     """One episode's side of the endpoint: each request placed in its segments, generated, recorded."""
 
-    def __init__(self, rollout: AgentRollout, traj: Trajectory, ctx: TurnContext):
-        self.rollout, self.traj, self.ctx = rollout, traj, ctx
+    def __init__(self, rollout: AgentRollout, traj: Trajectory, ctx: TurnContext, engine: Engine):
+        self.rollout, self.traj, self.ctx, self.engine = rollout, traj, ctx, engine
         self.episode = Episode(rollout.seq)
         self.requests = 0
         self.ended: str | None = None
@@ -78,10 +79,7 @@ class EpisodeRun:
         t0 = time.perf_counter()
         try:
             gens = await asyncio.gather(
-                *(
-                    self.rollout.engine.generate(context, self._params(request, room, k), self._id(k))
-                    for k in range(request.n)
-                )
+                *(self.engine.generate(context, self._params(request, room, k), self._id(k)) for k in range(request.n))
             )
         except Exception as exc:  # the policy failed: this episode ends, the step goes on
             for s in segments:
@@ -168,7 +166,9 @@ class EpisodeRun:
 class AgentRollout:
     """Trajectories of ``agent``'s episodes over dataset rows, through rlf's endpoint."""
 
-    def __init__(self, runtime: Runtime, engine: Engine, tokenizer: ChatTokenizer, tokens: RolloutTokens | None = None):
+    def __init__(
+        self, runtime: Runtime, engine: Engine | None, tokenizer: ChatTokenizer, tokens: RolloutTokens | None = None
+    ):
         agent = runtime.config.agent
         if agent is None:
             raise ValueError("an agent rollout needs the config's agent section")
@@ -198,31 +198,39 @@ class AgentRollout:
     ) -> list[Trajectory]:
         """The ``n`` episodes of one row, within ``rollout.concurrency``; the endpoint serves while any runs."""
         if self._gate is None:
-            self._gate, self._serving = asyncio.Semaphore(self.cfg.concurrency), asyncio.Lock()
-        gate, serving = self._gate, self._serving
-        assert serving is not None
-        async with serving:
+            self._gate = asyncio.Semaphore(self.cfg.concurrency)
+        gate = self._gate
+
+        async def one(k: int) -> Trajectory:
+            async with gate:
+                traj = await self.trajectory(row, f"{row.id}#{k}", check=k == 0)
+            if on_done is not None:
+                on_done(traj)
+            return traj
+
+        async with self.serving():
+            return list(await asyncio.gather(*(one(k) for k in range(n or self.cfg.n))))
+
+    @contextlib.asynccontextmanager
+    async def serving(self) -> AsyncIterator[None]:
+        """The endpoint listens while any caller is inside: started by the first, stopped by the last."""
+        if self._serving is None:
+            self._serving = asyncio.Lock()
+        async with self._serving:
             if self._users == 0:
                 await self.gateway.start()
             self._users += 1
         try:
-
-            async def one(k: int) -> Trajectory:
-                async with gate:
-                    traj = await self.trajectory(row, f"{row.id}#{k}", check=k == 0)
-                if on_done is not None:
-                    on_done(traj)
-                return traj
-
-            return list(await asyncio.gather(*(one(k) for k in range(n or self.cfg.n))))
+            yield
         finally:
-            async with serving:
+            async with self._serving:
                 self._users -= 1
                 if self._users == 0:
                     await self.gateway.stop()
 
-    async def trajectory(self, row: Row, traj_id: str, check: bool = True) -> Trajectory:
-        """One episode of ``row``; ``check``: compare its segments with the template's rendering."""
+    async def trajectory(self, row: Row, traj_id: str, check: bool = True, engine: Engine | None = None) -> Trajectory:
+        """One episode of ``row``, inside :meth:`serving`; ``check``: compare its segments with the
+        template's rendering; ``engine``: the policy for this episode (default: the rollout's)."""
         env = self.runtime.env_of(row.raw or {"env": row.env, "id": row.id})
         traj = Trajectory(
             id=traj_id,
@@ -244,7 +252,10 @@ class AgentRollout:
             row=row.raw,
             runtime=self.runtime,
         )
-        episode = EpisodeRun(self, traj, ctx)
+        policy = engine or self.engine
+        if policy is None:
+            raise ValueError("an agent episode needs an engine: this rollout was built without one")
+        episode = EpisodeRun(self, traj, ctx, policy)
         key = self.gateway.add(episode)
         try:
             outcome = await self._run_agent(task_of(row), self.gateway.base_url, key)

@@ -10,15 +10,15 @@ import yaml
 @click.argument("config_path", metavar="CONFIG", type=click.Path(dir_okay=False))
 @click.argument("overrides", nargs=-1, metavar="[dotted.key=value]...")
 def config(config_path: str, overrides: tuple[str, ...]) -> None:
-    """Validate CONFIG (with overrides) and print every setting, defaults filled in.
+    """Validate CONFIG (with overrides) and print every setting, defaults filled in, secrets redacted.
 
-    All mistakes are reported at once with their dotted paths, data files that do not exist
+    Paths in CONFIG are read from its folder, paths typed in overrides from the current one. All mistakes are reported at once with their dotted paths, data files that do not exist
     included; the exit code is then 2. Settings that make a run do less than it seems are warned.
     """
-    from rlfcore.config import ConfigError, load_config, missing_files
+    from rlfcore.config import ConfigError, load_config, missing_files, typed_overrides
     from rlfcore.diagnostics import config_warnings
 
-    cfg, _ = load_config(config_path, list(overrides))
+    cfg, _ = load_config(config_path, typed_overrides(overrides))
     issues = missing_files(cfg)
     if issues:
         raise ConfigError(issues, source=config_path)

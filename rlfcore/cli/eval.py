@@ -24,6 +24,26 @@ GREEDY = ["rollout.n=1", "rollout.sampling.temperature=0"]
 @click.option(
     "--greedy", is_flag=True, help="The usual evaluation settings: rollout.n=1, temperature 0 (overrides still win)."
 )
+@click.option(
+    "--repeats",
+    type=click.IntRange(min=1),
+    help="Samples per row (sets rollout.n, over any override): the summary gives pass@k, and a difficulty file "
+    "is written. Default: rollout.n.",
+)
+@click.option(
+    "--solved-at",
+    type=float,
+    default=1.0,
+    show_default=True,
+    help="A sample solved its row when its reward is at least this (pass@k, solve rates).",
+)
+@click.option(
+    "--difficulty",
+    "difficulty_path",
+    type=click.Path(dir_okay=False),
+    help="Per-row difficulty JSONL (id, samples, solve rate, reward mean and variance); default with --repeats: "
+    "OUT's name with .difficulty.jsonl.",
+)
 @click.pass_context
 def eval_command(
     ctx: click.Context,
@@ -33,17 +53,23 @@ def eval_command(
     limit: int | None,
     out: str | None,
     greedy: bool,
+    repeats: int | None,
+    solved_at: float,
+    difficulty_path: str | None,
 ) -> None:
     """Roll out the rows of data.eval (or data.train) and score them: one JSON line per trajectory,
     then a summary table. Exits 1 when every trajectory failed (endpoint down, a broken scorer)."""
     from rlfcore.config import load_config
     from rlfcore.data import read_rows
-    from rlfcore.evaluation import default_out, evaluate
+    from rlfcore.evaluation import default_out, difficulty_out, evaluate, row_profiles, write_profiles
     from rlfcore.failures import RunFailed, check_not_all_failed, error_summary
     from rlfcore.runloop import RunLoop
     from rlfcore.runtime import Runtime, model_source
 
+    if greedy and repeats is not None and repeats > 1:
+        raise click.UsageError("--greedy decodes one argmax sample per row: drop it to sample --repeats times")
     wanted = (GREEDY if greedy else []) + list(overrides) + ([f"engine.name={engine}"] if engine else [])
+    wanted += [f"rollout.n={repeats}"] if repeats is not None else []
     config, manager = load_config(config_path, wanted)
     if _needs_tokenizer(config.engine.name):
         model_source(config)  # a missing model fails here, before any MCP server starts
@@ -53,6 +79,7 @@ def eval_command(
     rows = read_rows(config.path(data), limit=limit)
     out_path = Path(out) if out else default_out(config_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
+    profile_path = Path(difficulty_path) if difficulty_path else difficulty_out(out_path) if repeats else None
     debug = bool((ctx.find_root().obj or {}).get("debug"))
 
     async def main() -> tuple[list[Any], dict]:
@@ -62,7 +89,9 @@ def eval_command(
             model = runtime.engine(tokenizer)
             with _EvalProgress(len(rows)) as progress, out_path.open("w") as f:
                 try:
-                    return await evaluate(runtime, model, tokenizer, rows, f, on_group=progress.advance)
+                    return await evaluate(
+                        runtime, model, tokenizer, rows, f, on_group=progress.advance, solved_at=solved_at
+                    )
                 finally:
                     await model.close()
         finally:
@@ -70,16 +99,23 @@ def eval_command(
 
     with RunLoop(config.tools.shutdown_timeout_s) as loop:  # unlike asyncio.run's, its close has deadlines
         trajectories, summary = loop.run(main())
-    _print_summary(summary, out_path)
+    failed: RunFailed | None = None
+    try:
+        check_not_all_failed(trajectories, "rlf eval")
+    except RunFailed as exc:
+        failed = exc
+    if failed is not None:
+        profile_path = None  # rows that only failed are not hard: no file that would drop them as never solved
+    if profile_path is not None:
+        write_profiles(profile_path, row_profiles(trajectories, solved_at), solved_at)
+    _print_summary(summary, out_path, profile_path)
     line = error_summary(trajectories)
     if line:
         click.secho(f"errors: {line}", fg="yellow", err=True)
         if debug:
             _print_tracebacks(trajectories)
-    try:
-        check_not_all_failed(trajectories, "rlf eval")
-    except RunFailed as exc:
-        click.secho(f"error: {exc}", fg="red", err=True)
+    if failed is not None:
+        click.secho(f"error: {failed}", fg="red", err=True)
         ctx.exit(1)
     for warning in summary.get("warnings", []):
         click.secho(f"warning: {warning}", fg="yellow", err=True)
@@ -146,7 +182,7 @@ def _print_tracebacks(trajectories: list[Any]) -> None:
         click.echo(f"traceback of the first reward error ({reward.id}):\n{reward.reward_traceback}", err=True)
 
 
-def _print_summary(summary: dict, out_path: Path) -> None:
+def _print_summary(summary: dict, out_path: Path, profile_path: Path | None) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -155,6 +191,10 @@ def _print_summary(summary: dict, out_path: Path) -> None:
     table.add_row("reward", f"{summary['reward_mean']:.4f} ± {summary['reward_std']:.4f}")
     for k, v in summary["components"].items():
         table.add_row(f"  {k}", f"{v:.4f}")
+    if summary["samples_per_row"] > 1:
+        table.add_row(f"mean@{summary['samples_per_row']}", f"{summary['mean_at_k']:.4f}")
+        for k, v in summary["pass_at_k"].items():
+            table.add_row(f"pass@{k} (reward >= {summary['solved_at']:g})", f"{v:.4f}")
     table.add_row("tool calls / trajectory", f"{summary['tool_calls_per_trajectory']:.2f}")
     table.add_row("tool error rate", f"{summary['tool_error_rate']:.3f}")
     table.add_row("turns / trajectory", f"{summary['turns_per_trajectory']:.2f}")
@@ -166,3 +206,5 @@ def _print_summary(summary: dict, out_path: Path) -> None:
     table.add_row("seconds", f"{summary['seconds']:.1f}")
     Console().print(table)
     click.echo(f"Trajectories written to {out_path}")
+    if profile_path is not None:
+        click.echo(f"Row difficulty written to {profile_path} (data.difficulty reads it)")

@@ -96,12 +96,17 @@ See docs/verl.md."""
 
 
 @click.command("train", cls=_TrainCommand, epilog=_VERL_EPILOG)
-@click.argument("config_path", metavar="CONFIG", type=click.Path(dir_okay=False))
+@click.argument("config_path", metavar="[CONFIG]", required=False, type=click.Path(dir_okay=False))
 @click.argument("overrides", nargs=-1, metavar="[dotted.key=value]... [-- verl.key=value...]")
 @click.option(
     "--run-dir", type=click.Path(file_okay=False), help="Where the run is written (default: runs/<config>-<time>)."
 )
-@click.option("--resume", is_flag=True, help="Continue the run in --run-dir from its last checkpoint.")
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Continue the run in --run-dir from its last checkpoint, with the config it recorded (RUN/config.yaml; "
+    "CONFIG is not needed) and the overrides given now.",
+)
 @click.option(
     "--resume-from",
     type=click.Path(file_okay=False, exists=True),
@@ -142,7 +147,7 @@ See docs/verl.md."""
 @click.pass_context
 def train(
     ctx: click.Context,
-    config_path: str,
+    config_path: str | None,
     overrides: tuple[str, ...],
     run_dir: str | None,
     resume: bool,
@@ -157,21 +162,30 @@ def train(
     tensor_parallel: int,
 ) -> None:
     """Train with GRPO (after an SFT warm start when sft.data is set), writing metrics, samples,
-    checkpoints, a reward curve and a summary to the run folder; or on a cluster with verl."""
+    checkpoints, a reward curve and a summary to the run folder; or on a cluster with verl.
+    A resume needs only the run folder: `rlf train --run-dir RUN --resume [dotted.key=value]...`."""
     from rlfcore.backends import get_backend
     from rlfcore.backends.base import BackendError, ClusterOptions, TrainRequest
     from rlfcore.backends.local.lock import RunDirError
+    from rlfcore.config import typed_overrides
 
+    if config_path is not None and "=" in config_path and not Path(config_path).is_file():
+        config_path, overrides = None, (config_path, *overrides)  # `--run-dir RUN --resume key=value`: no CONFIG
     resume = resume or bool(resume_from)
     if resume and not run_dir:
         raise click.UsageError("--resume needs --run-dir: the run to continue")
     if allow_config_change and not resume:
         raise click.UsageError("--allow-config-change is for --resume: a new run has no recorded config to differ from")
+    if resume:
+        assert run_dir is not None
+        config_path = _resumed_config(Path(run_dir), config_path)
+    elif config_path is None:
+        raise click.UsageError("Missing argument 'CONFIG': the run config to train with (a YAML file)")
     cluster = ClusterOptions(gpus_per_node, nodes, ray_address, rollout, tensor_parallel)
     request = TrainRequest(
         config_path,
         _run_path(config_path, run_dir),
-        list(overrides),
+        typed_overrides(overrides),
         ctx.meta.get("raw_overrides", []),
         resume,
         Path(resume_from) if resume_from else None,
@@ -197,6 +211,27 @@ def train(
     ctx.exit(outcome.exit_code)
 
 
+def _resumed_config(run: Path, config_path: str | None) -> str:
+    """The config ``--resume`` reads: the run's own ``config.yaml``, its record (a resume continues the run
+    that was started, overrides and all; CONFIG's settings are not read again); CONFIG only for a folder
+    whose record names no config file (an older rlf's) and so cannot place its relative paths."""
+    from rlfcore.paths import recorded_source
+
+    record = run / "config.yaml"
+    if record.is_file() and recorded_source(record.read_text()) is not None:
+        unread = f"; {config_path} is not read again" if config_path else ""
+        click.echo(
+            f"Resuming with the run's recorded config, {record}, and the overrides given{unread} "
+            "(change a setting with dotted.key=value)",
+            err=True,
+        )
+        return str(record)
+    if config_path is not None:
+        return config_path
+    why = "names no config file it came from (an older rlf's)" if record.is_file() else "does not exist"
+    raise click.UsageError(f"--resume without CONFIG reads {record}, which {why}: pass the CONFIG the run started with")
+
+
 @click.command("sft")
 @click.argument("config_path", metavar="CONFIG", type=click.Path(dir_okay=False))
 @click.argument("overrides", nargs=-1, metavar="[dotted.key=value]...")
@@ -206,9 +241,9 @@ def train(
 def sft(config_path: str, overrides: tuple[str, ...], run_dir: str | None) -> None:
     """Supervised warm start on sft.data (JSONL of conversations), loss on assistant tokens only."""
     from rlfcore.backends.local.run import RunDirError, sft_only
-    from rlfcore.config import load_config
+    from rlfcore.config import load_config, typed_overrides
 
-    config, manager = load_config(config_path, list(overrides))
+    config, manager = load_config(config_path, typed_overrides(overrides))
     path = _run_path(config_path, run_dir)
     try:
         with _Bar(config) as bar:
@@ -230,10 +265,10 @@ def rescore(input_path: str, config_path: str, overrides: tuple[str, ...], out: 
     """Recompute rewards over stored trajectories (from rlf eval or a run's samples) without generating."""
     import asyncio
 
-    from rlfcore.config import load_config
+    from rlfcore.config import load_config, typed_overrides
     from rlfcore.rescoring import rescore_file
 
-    config, manager = load_config(config_path, list(overrides))
+    config, manager = load_config(config_path, typed_overrides(overrides))
     out_path = Path(out) if out else Path(input_path).with_suffix(".rescored.jsonl")
     summary = asyncio.run(rescore_file(config, manager, Path(input_path), out_path))
     click.echo(
@@ -251,11 +286,11 @@ def init_model(config_path: str, overrides: tuple[str, ...]) -> None:
     or a copy of the real tokenizer folder model.init.tokenizer, and a randomly initialised Qwen3
     model sized to it. No download."""
     from rlfcore.backends.local.model import ensure_model, load_policy, tool_schemas
-    from rlfcore.config import load_config
+    from rlfcore.config import load_config, typed_overrides
     from rlfcore.runtime import Runtime
     from rlfcore.tinymodel import describe
 
-    config, manager = load_config(config_path, list(overrides))
+    config, manager = load_config(config_path, typed_overrides(overrides))
     runtime = Runtime.open(config, manager)
     try:
         path = ensure_model(config, config.base_dir, tool_schemas(runtime))

@@ -151,7 +151,7 @@ class ChatEngine(JSONEndpoint):
             cfg.model,
             tools=cfg.chat_tools,
             parser=parser,
-            api_key=cfg.api_key,
+            api_key=cfg.key(),
             timeout_s=cfg.timeout_s,
             max_response_bytes=cfg.max_response_bytes,
         )

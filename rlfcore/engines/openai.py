@@ -202,7 +202,7 @@ class OpenAIEngine(JSONEndpoint, Engine):
         return cls(
             cfg.base_url,
             cfg.model,
-            api_key=cfg.api_key,
+            api_key=cfg.key(),
             timeout_s=cfg.timeout_s,
             max_response_bytes=cfg.max_response_bytes,
             tokenizer=tokenizer,

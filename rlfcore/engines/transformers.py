@@ -19,6 +19,7 @@ import torch.nn.functional as F
 
 from rlfcore.engines import decoder, kvcache
 from rlfcore.engines.base import Engine, Generation, SamplingParams
+from rlfcore.threads import in_thread
 
 _CLOSED = "TransformersEngine was closed before this request ran"
 _CUT_CANDIDATES = 64
@@ -318,8 +319,9 @@ class TransformersEngine(Engine):
             wake.clear()
             if len(inbox) < self.max_batch_size:
                 await asyncio.sleep(self.batch_wait_s)  # from idle: let a step's first turns gather
-            if inbox:
-                await asyncio.to_thread(self._run, inbox)
+            if inbox:  # a thread of its own: code that fills asyncio's default executor (an agent's
+                # blocking client, waiting on this engine) must not keep the engine from decoding
+                await in_thread(self._run, {"inbox": inbox}, name="the transformers engine's decoding")
 
     # --- decoding (worker thread) -----------------------------------------------------------------
 

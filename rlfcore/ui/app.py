@@ -85,6 +85,7 @@ def _routes(read_only: bool) -> list[BaseRoute]:
         Route("/api/metrics", run.metrics),
         Route("/banner", run.banner),
         Route("/log", run.log_tail),
+        Route("/eval-summary", run.eval_figures),
         Route("/trajectories", trajectories.trajectories),
         Route("/sample", trajectories.sample),
         Route("/tokens", trajectories.token_view),

@@ -1,8 +1,9 @@
 """The launch page's processes: ``rlf train`` / ``rlf eval`` (local backend) started, stopped, resumed.
 
 Each launch runs ``python -m rlfcore ...`` in its own session, its output in ``<run>/ui.log`` and its
-command, pid and (once it ended) exit code in ``<run>/ui_launch.json``: the only files the UI writes.
-Stopping sends SIGTERM to the whole process group (tool servers included), then SIGKILL.
+command, pid and (once it ended) exit code in ``<run>/ui_launch.json``, with ``stopped`` when the Stop
+button ended it: the only files the UI writes. Stopping sends SIGTERM to the whole process group (tool
+servers included), then SIGKILL.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ class Launcher:
 
     def __init__(self) -> None:
         self.procs: dict[Path, subprocess.Popen[bytes]] = {}
+        self.stopping: set[Path] = set()  # runs whose end the Stop button asked for: stopped, not failed
         self._lock = threading.Lock()
 
     def start(self, kind: str, config: Path, run: Path, overrides: list[str], resume: bool = False) -> dict[str, Any]:
@@ -93,12 +95,13 @@ class Launcher:
             }
             self._write(run, record)
             self.procs[run] = proc
+            self.stopping.discard(run)
         threading.Thread(target=self._wait, args=(run, proc, record), daemon=True).start()
         return record
 
     def _wait(self, run: Path, proc: subprocess.Popen[bytes], record: dict[str, Any]) -> None:
         rc = proc.wait()
-        self._write(run, {**record, "rc": rc, "ended": time.time()})
+        self._write(run, {**record, "rc": rc, "ended": time.time(), "stopped": run in self.stopping})
 
     def _write(self, run: Path, record: dict[str, Any]) -> None:
         tmp = run / f".{LAUNCH_FILE}.tmp"
@@ -114,6 +117,7 @@ class Launcher:
         proc = self.procs.get(run)
         if proc is None or proc.poll() is not None:
             return None
+        self.stopping.add(run)
         try:
             os.killpg(proc.pid, signal.SIGTERM)
             return proc.wait(grace_s)

@@ -15,6 +15,7 @@ from typing import Any
 
 from rlfcore.rundata.files import read_json
 from rlfcore.rundata.metrics import LOCAL_FILE, VERL_EARLIER_FILE, VERL_FILE, has_metrics, read_metrics_tail
+from rlfcore.ui.samples import SampleFiles, SampleIndex
 
 LIVE_WINDOW_S = 120.0
 """A run whose files changed this recently counts as running."""
@@ -34,6 +35,10 @@ MARKERS = (
 )
 """A folder holding one of these is a run folder."""
 
+STOP_CODES = (130, 143, -2, -15)
+"""Exit codes of a process that SIGINT or SIGTERM ended: rlf's own (128 + the signal, after cleaning up),
+or ``Popen``'s negative signal number for one the signal killed outright."""
+
 
 @dataclass
 class RunInfo:
@@ -50,11 +55,14 @@ class RunInfo:
     elapsed_s: float | None = None
     backend: str = "local"
     kind: str = "train"
+    evaluation: dict[str, Any] | None = None
+    """An eval run's figures (:func:`eval_summary`), for the list and its page in place of steps and curves."""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def find_runs(root: Path) -> list[RunInfo]:
-    """The run folders under ``root`` (``root`` itself included, two levels down), newest first."""
+def find_runs(root: Path, files: SampleFiles | None = None) -> list[RunInfo]:
+    """The run folders under ``root`` (``root`` itself included, two levels down), newest first; an eval
+    run's figures come from ``files``' index of its output when given."""
     found: list[Path] = []
     if _is_run(root):
         found.append(root)
@@ -64,7 +72,7 @@ def find_runs(root: Path) -> list[RunInfo]:
                 found.append(child)
             else:
                 found.extend(g for g in sorted(child.iterdir()) if g.is_dir() and _is_run(g))
-    runs = [run_info(root, p) for p in found]
+    runs = [run_info(root, p, files) for p in found]
     return sorted(runs, key=lambda r: r.updated, reverse=True)
 
 
@@ -84,7 +92,8 @@ def resolve_run(root: Path, name: str) -> Path:
     return path
 
 
-def run_info(root: Path, path: Path) -> RunInfo:
+def run_info(root: Path, path: Path, files: SampleFiles | None = None) -> RunInfo:
+    """One run's row: a training run's last step, or an eval run's figures over its output file."""
     metrics = read_metrics_tail(path, 1)
     last = metrics[-1] if metrics else {}
     config = read_config(path)
@@ -103,17 +112,87 @@ def run_info(root: Path, path: Path) -> RunInfo:
     summary = read_json(path / "summary.json")
     if isinstance(summary, dict):
         info.elapsed_s = _num(summary.get("total_s"))
+    launch = read_json(path / LAUNCH_FILE)
+    if info.elapsed_s is None and isinstance(launch, dict):
+        started, ended = _num(launch.get("started")), _num(launch.get("ended"))
+        info.elapsed_s = ended - started if started is not None and ended is not None else None
+    if is_eval(path):
+        info.kind = "eval"
+        out = eval_file(path)
+        if out is not None:
+            info.evaluation = eval_summary(files.get(out) if files is not None else SampleIndex(out).refresh())
+            info.reward, info.tool_use = info.evaluation["reward_mean"], info.evaluation["tool_use"]
     return info
 
 
-def status(path: Path) -> str:
-    """running, finished, failed, resumable or stopped (a run's ``summary.json`` says how it ended)."""
+def eval_file(path: Path) -> Path | None:
+    """The ``rlf eval`` output in a run folder (the launch page writes ``eval.jsonl``), the newest if several."""
+    found = sorted(path.glob("eval*.jsonl"), key=lambda p: p.stat().st_mtime)
+    return found[-1] if found else None
+
+
+def is_eval(path: Path) -> bool:
+    """An eval run: ``rlf eval`` output (or an eval launch not yet writing it) and no training metrics."""
+    if has_metrics(path) or (path / "sft_metrics.jsonl").exists():
+        return False
     launch = read_json(path / LAUNCH_FILE)
+    return eval_file(path) is not None or (isinstance(launch, dict) and launch.get("kind") == "eval")
+
+
+def eval_summary(index: SampleIndex) -> dict[str, Any]:
+    """An eval's figures over the trajectories its file holds so far, as ``rlf eval`` prints them at the end."""
+    entries = index.entries
+    n = len(entries)
+    rewards = [e.reward for e in entries if e.reward is not None]
+    calls = sum(e.tool_calls for e in entries)
+    components: dict[str, list[float]] = {}
+    for e in entries:
+        for k, v in e.components.items():
+            components.setdefault(k, []).append(v)
+    stops: dict[str, int] = {}
+    for e in entries:
+        stops[e.stop_reason or "?"] = stops.get(e.stop_reason or "?", 0) + 1
+    return {
+        "file": index.path.name,
+        "trajectories": n,
+        "rows": len(index.groups),
+        "reward_mean": statistics.fmean(rewards) if rewards else None,
+        "reward_std": statistics.pstdev(rewards) if rewards else None,
+        "components": {k: statistics.fmean(v) for k, v in sorted(components.items())},
+        "tool_use": sum(1 for e in entries if e.tool_calls) / n if n else None,
+        "tool_calls_per_trajectory": calls / n if n else None,
+        "tool_error_rate": sum(e.tool_errors for e in entries) / calls if calls else None,
+        "stop_reasons": dict(sorted(stops.items(), key=lambda kv: -kv[1])),
+        "reward_errors": sum(1 for e in entries if e.reward_error),
+        "template_mismatches": sum(1 for e in entries if e.mismatch),
+    }
+
+
+def status(path: Path) -> str:
+    """running, finished, failed, resumable, stopped, or for an eval with no exit code on record, ended.
+
+    A launched process's exit code decides first: non-zero is failed, unless a stop (the UI's button,
+    SIGINT, SIGTERM) ended it. Then an eval run is finished by exit code 0; a training run ended as its
+    ``summary.json`` says. A run with no process on record is running while its files change."""
+    launch = read_json(path / LAUNCH_FILE)
+    ended = False  # a process launched from the UI is known to be over
+    rc: Any = None
     if isinstance(launch, dict):
-        if launch.get("rc") is None and _alive(launch.get("pid")):
+        rc = launch.get("rc")
+        if rc is None and _alive(launch.get("pid")):
             return "running"
-        if launch.get("rc") not in (None, 0):
+        ended = True
+        stopped = bool(launch.get("stopped")) or rc in STOP_CODES
+        if rc not in (None, 0) and not stopped:
             return "failed"
+        if stopped and launch.get("kind") == "eval":
+            return "stopped"
+    if is_eval(path):
+        if rc == 0:
+            return "finished"
+        if not ended and time.time() - last_change(path) < LIVE_WINDOW_S:
+            return "running"
+        return "ended"  # started by hand, or by a UI that ended before it did: how it ended is not known
     summary = read_json(path / "summary.json")
     if isinstance(summary, dict):
         ended = summary.get("status", "finished")  # verl's summaries and older ones say nothing: they finished
@@ -121,7 +200,7 @@ def status(path: Path) -> str:
             return str(ended)
         if ended == "stopped":  # a resume deletes the summary first: this run is not going on
             return "resumable" if any((path / "checkpoints").glob("*/trainer.pt")) else "stopped"
-    if (time.time() - last_change(path) < LIVE_WINDOW_S and has_metrics(path)) or _sft_live(path):
+    if not ended and ((time.time() - last_change(path) < LIVE_WINDOW_S and has_metrics(path)) or _sft_live(path)):
         return "running"
     if any((path / "checkpoints").glob("*/trainer.pt")):
         return "resumable"
@@ -149,10 +228,11 @@ def _alive(pid: Any) -> bool:
 
 def last_change(path: Path) -> float:
     times = [path.stat().st_mtime]
-    for name in (LOCAL_FILE, VERL_FILE, "sft_metrics.jsonl", "summary.json", "samples"):
+    for name in (LOCAL_FILE, VERL_FILE, "sft_metrics.jsonl", "summary.json", "samples", LAUNCH_FILE):
         p = path / name
         if p.exists():
             times.append(p.stat().st_mtime)
+    times.extend(p.stat().st_mtime for p in path.glob("eval*.jsonl"))
     return max(times)
 
 
@@ -175,21 +255,29 @@ def log_file(path: Path) -> Path | None:
 # --- warnings ------------------------------------------------------------------------------------
 
 
-def warnings(metrics: list[dict[str, Any]], last_samples: list[dict[str, Any]]) -> list[str]:
-    """What looks wrong: no reward variance, a rising tool error rate, all trajectories truncated, errors."""
+def warnings(metrics: list[dict[str, Any]], last_samples: list[dict[str, Any]], group_size: int | None) -> list[str]:
+    """What looks wrong: no reward variance, a rising tool error rate, all trajectories truncated, errors.
+
+    ``group_size`` is the number of samples of a whole GRPO group (``rollout.n``; None when unknown). A
+    step saves only ``trainer.samples_per_step`` of its samples, often part of one group, and a part
+    that scored alike says nothing of its group: only groups the saved samples hold whole are judged,
+    the others through the step's own ``reward_std`` and ``active_fraction``."""
     out = []
     groups: dict[str, list[float]] = {}
     for s in last_samples:
         r = _num(s.get("reward"))
         if r is not None:
             groups.setdefault(str(s.get("row_id")), []).append(r)
-    full = [g for g in groups.values() if len(g) > 1]
-    if full and all(max(g) == min(g) for g in full):
+    whole = [g for g in groups.values() if len(g) > 1 and group_size is not None and len(g) >= group_size]
+    if whole and all(max(g) == min(g) for g in whole):
         out.append(
-            f"no reward variance in any of the {len(full)} groups of the last samples: GRPO learns nothing from them"
+            f"no reward variance in any of the {len(whole)} whole groups of the last samples: "
+            "GRPO learns nothing from them"
         )
     if metrics and all(_num(m.get("reward_std")) == 0 for m in metrics[-3:]):
         out.append("reward_std is 0 in the last steps: every sample of a step got the same reward")
+    elif not out and metrics and all(_num(m.get("active_fraction")) == 0 for m in metrics[-3:]):
+        out.append("active_fraction is 0 in the last steps: in every group all samples scored alike, so GRPO learns nothing")
     rates = [r for r in (_num(m.get("tool_error_rate")) for m in metrics) if r is not None]
     if len(rates) >= 4:
         k = max(2, len(rates) // 4)

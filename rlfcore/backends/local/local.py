@@ -30,7 +30,7 @@ from rlfcore.backends.local import grpo, lora
 from rlfcore.backends.local.checkpoint import load_error
 from rlfcore.backends.local.rundir import RunDir, rng_state, set_rng_state
 from rlfcore.chat import HFChatTokenizer
-from rlfcore.data import Row
+from rlfcore.data import Row, training_rows
 from rlfcore.diagnostics import Advisor, trajectory_warnings
 from rlfcore.engines.transformers import TransformersEngine
 from rlfcore.failures import check_not_all_failed
@@ -87,7 +87,7 @@ class LocalTrainer:
         self.model = model
         self.hf_tokenizer = hf_tokenizer
         self.tok = HFChatTokenizer(hf_tokenizer, self.config.model.chat_template_kwargs)
-        self.rows = rows
+        self.rows = training_rows(rows, self.config)  # less those data.difficulty drops
         self.run_dir = run_dir
         self.device = next(model.parameters()).device
         self.engine = TransformersEngine(
@@ -225,16 +225,17 @@ class LocalTrainer:
         t0 = time.perf_counter()
         return self._apply_step(*self._collect_step(), t0)
 
-    def _collect_step(self) -> tuple[list[Trajectory], float, float]:
+    def _collect_step(self) -> tuple[list[Trajectory], float, float, int]:
         rows = [self.rows[i] for i in row_order(len(self.rows), self.config.seed, self.step, self.cfg.prompts_per_step)]
         self.rollout.seed = self.config.seed * 1_000_003 + self.step
-        trajectories, rollout_s, score_s = self.runtime.run(self._collect(rows))  # the run's one loop
+        collected = self.runtime.run(self._collect_dynamic(rows))  # the run's one loop
+        trajectories = collected[0]
         check_not_all_failed(trajectories, f"step {self.step + 1}")
         self.advisor(trajectory_warnings(trajectories, self.config, groups=True), f"step {self.step + 1}")
-        return trajectories, rollout_s, score_s
+        return collected
 
     def _apply_step(
-        self, trajectories: list[Trajectory], rollout_s: float, score_s: float, t0: float
+        self, trajectories: list[Trajectory], rollout_s: float, score_s: float, resampled: int, t0: float
     ) -> dict[str, Any]:
         t1 = time.perf_counter()
         train = self._update(trajectories)
@@ -242,7 +243,11 @@ class LocalTrainer:
         metrics = self._metrics(trajectories)
         metrics.update(train)
         metrics.update(
-            rollout_s=rollout_s, score_s=score_s, train_s=time.perf_counter() - t1, step_s=time.perf_counter() - t0
+            resampled_groups=resampled,
+            rollout_s=rollout_s,
+            score_s=score_s,
+            train_s=time.perf_counter() - t1,
+            step_s=time.perf_counter() - t0,
         )
         if self.cfg.samples_per_step:
             self.run_dir.samples(self.step, [t.record() for t in trajectories[: self.cfg.samples_per_step]])
@@ -254,6 +259,38 @@ class LocalTrainer:
         t1 = time.perf_counter()
         await self.rewards.score(trajectories)
         return trajectories, t1 - t0, time.perf_counter() - t1
+
+    async def _collect_dynamic(self, rows: list[Row]) -> tuple[list[Trajectory], float, float, int]:
+        """:meth:`_collect`, then DAPO's dynamic sampling (``trainer.resample_zero_variance``): a group
+        whose rewards are all equal has advantages 0 and teaches nothing, so fresh prompts (rows not in
+        this step, in a seeded order) are rolled out, up to the budget, and each group of theirs that
+        varies takes the place of a flat one. Also returns how many extra groups were rolled out."""
+        trajectories, rollout_s, score_s = await self._collect(rows)
+        budget = self.cfg.resample_zero_variance
+        if not budget:
+            return trajectories, rollout_s, score_s, 0
+        groups = _groups(trajectories)
+        flat = [i for i, g in enumerate(groups) if _zero_variance(g)]
+        fresh = self._fresh_rows(rows)
+        drawn = 0
+        while flat and drawn < budget and fresh:
+            take = min(len(flat), budget - drawn)
+            batch, fresh = fresh[:take], fresh[take:]
+            drawn += len(batch)
+            more, more_rollout_s, more_score_s = await self._collect(batch)
+            rollout_s, score_s = rollout_s + more_rollout_s, score_s + more_score_s
+            for group in _groups(more):
+                if flat and not _zero_variance(group):
+                    groups[flat.pop(0)] = group
+        return [t for g in groups for t in g], rollout_s, score_s, drawn
+
+    def _fresh_rows(self, rows: list[Row]) -> list[Row]:
+        """The rows dynamic sampling may draw at this step: none of the step's own (a row id names one
+        group), shuffled by the seed and step, so a resumed run draws the same ones."""
+        taken = {r.id for r in rows}
+        fresh = [r for r in self.rows if r.id not in taken]
+        random.Random(f"{self.config.seed}/resample/{self.step}").shuffle(fresh)
+        return fresh
 
     def _update(self, trajectories: list[Trajectory]) -> dict[str, float]:
         usable = [t for t in trajectories if t.stop_reason != "error" and any(t.response_mask)]
@@ -405,6 +442,7 @@ class LocalTrainer:
             "generate_s": statistics.fmean(t.generate_s for t in trajectories),
             "tools_s": statistics.fmean(t.tools_s for t in trajectories),
             "reward_errors": sum(1 for t in trajectories if t.reward_error),
+            "zero_variance_groups": sum(1 for g in _groups(trajectories) if _zero_variance(g)),
         }
         components: dict[str, list[float]] = {}
         for t in trajectories:
@@ -413,3 +451,16 @@ class LocalTrainer:
         metrics.update({f"reward/{k}": statistics.fmean(v) for k, v in sorted(components.items())})
         metrics.update({f"stop/{k}": v for k, v in sorted(Counter(t.stop_reason for t in trajectories).items())})
         return metrics
+
+
+def _groups(trajectories: list[Trajectory]) -> list[list[Trajectory]]:
+    """The samples of each row, in the rows' order: the groups whose rewards advantages normalise."""
+    by_row: dict[str, list[Trajectory]] = {}
+    for t in trajectories:
+        by_row.setdefault(t.row_id, []).append(t)
+    return list(by_row.values())
+
+
+def _zero_variance(group: list[Trajectory]) -> bool:
+    """Every sample scored alike: the group's advantages are all 0."""
+    return len({t.reward for t in group}) == 1

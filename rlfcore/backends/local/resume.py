@@ -4,8 +4,9 @@ A run's ``config.yaml`` is its record: the model, data, group size, seed and alg
 checkpoints come from. ``--resume`` with other values there would continue one run as if it were
 another, so those changes are refused, each named with its old and new value; settings that only say
 how long, how fast or how loudly to train (the learning rate and its schedule, the steps, checkpoints,
-trackers, batching) may change, and :meth:`LocalTrainer.restore` applies them to the restored
-optimizer and schedule.
+trackers, batching, the API key) may change, and :meth:`LocalTrainer.restore` applies them to the restored
+optimizer and schedule. ``rlf train --run-dir RUN --resume`` reads the record itself, so the only
+changes are the overrides given with it.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ RESUMABLE = (
     "trainer.project",
     "engine.device",
     "engine.threads",
+    "engine.api_key",
+    "engine.api_key_env",
     "engine.max_batch_size",
     "rollout.concurrency",
     "tools.max_concurrency",

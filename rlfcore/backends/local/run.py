@@ -72,7 +72,9 @@ def check_model(config: RunConfig, base: Path) -> None:
     if path is None:
         problem = "not set: name the folder of a Hugging Face model (and set model.init to build a tiny one there)"
     elif not (path / "config.json").exists() and config.model.init is None:
-        problem = f"{path} has no model, and model.init is not set to build one"
+        typed = Path(config.model.path or "").expanduser().is_absolute()
+        where = "" if typed else " (read relative to the config's folder; one typed on the command line is not)"
+        problem = f"{path} has no model, and model.init is not set to build one{where}"
     else:
         return
     raise ConfigError([ConfigIssue(path="model.path", message=problem)], source=str(config.source or "config"))

@@ -10,6 +10,7 @@ function.
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from typing import Any, Literal
 from uuid import uuid4
 
@@ -20,12 +21,14 @@ from verl.utils.tokenizer.continuous_token_wiring import (
     get_continuous_token_builder_class,
 )
 
+from rlfcore.agents.rollout import AgentRollout
 from rlfcore.backends.verl import AGENT_NAME
 from rlfcore.backends.verl.convert import row_from_verl
 from rlfcore.backends.verl.shared import rlf_settings, shared_runtime
 from rlfcore.chat import HFChatTokenizer
 from rlfcore.engines.base import Engine, Generation, SamplingParams
 from rlfcore.loop import Rollout, Trajectory
+from rlfcore.runtime import Runtime
 from rlfcore.types import Message
 
 TRACE_FIELDS = (
@@ -47,6 +50,8 @@ TRACE_FIELDS = (
     "tools_s",
     "ground_truth",
     "extra",
+    "answer",
+    "segment_reason",
 )
 """The trajectory fields sent to the reward function; token lists stay in verl's tensors."""
 
@@ -155,6 +160,24 @@ def trajectory_of(trace: dict[str, Any]) -> Trajectory:
     return Trajectory(**{k: v for k, v in trace.items() if k in names})
 
 
+_AGENTS: weakref.WeakKeyDictionary[Runtime, AgentRollout] = weakref.WeakKeyDictionary()
+"""One agent rollout (and endpoint) per runtime of a worker process: verl builds a loop per sample."""
+
+
+def agent_rollout_of(runtime: Runtime, tokenizer: HFChatTokenizer, tokens: ContinuousTokens) -> AgentRollout:
+    found = _AGENTS.get(runtime)
+    if found is None:
+        found = _AGENTS[runtime] = AgentRollout(runtime, None, tokenizer, tokens)
+        found.seed = None  # verl seeds its servers
+    return found
+
+
+def _untrained(traj: Trajectory) -> list[str]:
+    """Why each earlier segment of an agent episode began: verl 0.9.1's agent loop returns one token
+    sequence per sample, so under verl an episode trains its last segment only."""
+    return [str(s.get("reason")) for s in traj.segments]
+
+
 @register(AGENT_NAME)
 class RlfAgentLoop(AgentLoopBase):
     """Runs one rlf trajectory per verl sample with the run's enabled plugins."""
@@ -168,10 +191,16 @@ class RlfAgentLoop(AgentLoopBase):
             self._rlf_builder = chatml_aware(
                 self.continuous_token_builder, self.tokenizer, self.apply_chat_template_kwargs
             )
-        rollout = Rollout(runtime, engine, tokenizer, ContinuousTokens(self._rlf_builder))
-        rollout.seed = None  # verl seeds its servers; per-request seeds would repeat across steps
         row = row_from_verl(kwargs)
-        traj = await rollout.trajectory(row, f"{row.id}#{uuid4().hex[:8]}")
+        traj_id = f"{row.id}#{uuid4().hex[:8]}"
+        if runtime.config.agent is not None:  # the user's agent program, through rlf's endpoint
+            agents = agent_rollout_of(runtime, tokenizer, ContinuousTokens(self._rlf_builder))
+            async with agents.serving():
+                traj = await agents.trajectory(row, traj_id, engine=engine)
+        else:
+            rollout = Rollout(runtime, engine, tokenizer, ContinuousTokens(self._rlf_builder))
+            rollout.seed = None  # verl seeds its servers; per-request seeds would repeat across steps
+            traj = await rollout.trajectory(row, traj_id)
         prompt_len, response_len = self.rollout_config.prompt_length, self.rollout_config.response_length
         if len(traj.prompt_ids) > prompt_len:
             raise ValueError(
@@ -185,5 +214,5 @@ class RlfAgentLoop(AgentLoopBase):
             response_logprobs=traj.logprobs[:response_len],
             num_turns=traj.num_turns,
             metrics=AgentLoopMetrics(generate_sequences=traj.generate_s, tool_calls=traj.tools_s),
-            extra_fields={**engine.extra_fields, "rlf": trace_of(traj)},
+            extra_fields={**engine.extra_fields, "rlf": {**trace_of(traj), "untrained_segments": _untrained(traj)}},
         )

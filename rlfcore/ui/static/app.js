@@ -38,9 +38,28 @@ const rlf = (() => {
     return [min >= 0 && min - pad < 0 ? 0 : min - pad, max + pad];
   }
 
+  function tickLabels(u, splits, axisIdx, space, incr) {
+    // uPlot's own labels keep 3 decimals, so ticks at 1e-7, 2e-7, ... all read "0": as few digits as
+    // give each tick its value back, in exponent notation for very small and very large values.
+    const mag = Math.max(0, ...splits.map(v => Math.abs(v)));
+    const exp = mag > 0 && (mag < 1e-3 || mag >= 1e7);
+    const tol = Math.abs(incr || mag || 1) * 1e-6;
+    for (let d = 0; d <= 12; d++) {
+      const out = splits.map(v => v === 0 ? "0" : exp ? v.toExponential(d) : v.toFixed(d));
+      if (out.every((s, i) => Math.abs(Number(s) - splits[i]) <= tol)) return out;
+    }
+    return splits.map(v => String(v));
+  }
+
+  function chartWidth(box) {
+    return Math.max(280, (box.clientWidth || 480) - 10);
+  }
+
   function draw(box, title, xs, series) {
-    // series: [{label, values}]; rebuilt when the set of series changes, else only its data.
-    const sig = series.map(s => s.label).join("|");
+    // series: [{label, values}]; rebuilt when the set of series changes, else only its data. A series
+    // logged every k steps (SFT's token accuracy, every 50) has gaps between its points: the line spans
+    // them, and its points show whenever it has few.
+    const sig = series.map(s => s.label + ":" + (s.values.filter(v => v !== null).length < 60)).join("|");
     let chart = box._chart;
     const data = [xs, ...series.map(s => s.values)];
     if (chart && box._sig === sig) { chart.setData(data); }
@@ -48,15 +67,41 @@ const rlf = (() => {
       if (chart) chart.destroy();
       box.innerHTML = "";
       const opts = {
-        title, width: Math.max(320, Math.min(560, box.clientWidth || 480)), height: 220,
-        scales: {x: {time: false}, y: {range: yRange}}, axes: [{label: "step", incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000]}, {}],
+        title, width: chartWidth(box), height: 220,
+        scales: {x: {time: false}, y: {range: yRange}},
+        axes: [{label: "step", incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000]}, {values: tickLabels, size: 60}],
         series: [{label: "step"}, ...series.map((s, i) => ({label: s.label, stroke: COLORS[i % COLORS.length], width: 1.5,
-                                                          points: {show: xs.length < 60}}))],
+                                                          spanGaps: true, points: {show: s.values.filter(v => v !== null).length < 60}}))],
       };
       chart = box._chart = new uPlot(opts, data, box);
       box._sig = sig;
     }
+    if (!box._resize && window.ResizeObserver) {  // the grid gives each chart its share of the page's width
+      box._resize = new ResizeObserver(() => {
+        const w = chartWidth(box);
+        if (box._chart && Math.abs(box._chart.width - w) > 2) box._chart.setSize({width: w, height: 220});
+      });
+      box._resize.observe(box);
+    }
     box.dataset.points = String(xs.length);
+  }
+
+  function showStatus(status) {
+    // The header's status, and the buttons that make sense in it (Stop only while the process runs).
+    const st = document.getElementById("run-status");
+    if (st && status) { st.textContent = status; st.className = "status " + status; }
+    for (const b of document.querySelectorAll("[data-show-when]")) b.hidden = !b.dataset.showWhen.split(" ").includes(status);
+  }
+
+  function followEval(box) {
+    // An eval run's figures come as a polled partial; it carries the run's status and trajectory count.
+    box.addEventListener("htmx:afterSwap", () => {
+      const e = box.querySelector(".eval-summary");
+      if (!e) return;
+      showStatus(e.dataset.status);
+      const n = document.getElementById("run-trajectories");
+      if (n) n.textContent = e.dataset.trajectories;
+    });
   }
 
   function render(root, file, rows) {
@@ -90,8 +135,7 @@ const rlf = (() => {
           offset = body.offset;
           const step = document.getElementById("run-step");
           if (step && file === "metrics.jsonl" && rows.length) step.textContent = String(rows[rows.length - 1].step);
-          const st = document.getElementById("run-status");
-          if (st && body.status) { st.textContent = body.status; st.className = "status " + body.status; }
+          showStatus(body.status);
         }
       } finally { busy = false; }
     }
@@ -129,5 +173,5 @@ const rlf = (() => {
     });
   }
 
-  return {live, compare, keepPicked};
+  return {live, compare, keepPicked, followEval};
 })();

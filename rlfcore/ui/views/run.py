@@ -1,5 +1,5 @@
 """One run's page and the parts it polls while the run trains: metrics since an offset, the warning
-banner, the log's tail."""
+banner, the log's tail, and for an eval run its figures so far."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ LOG_LINES = 60
 async def run_page(request: Request) -> HTMLResponse:
     ui = ui_of(request)
     run = ui.run_path(request)
-    info = rd.run_info(ui.root, run)
+    info = await run_in_threadpool(rd.run_info, ui.root, run, ui.samples)
     return ui.page(
         request,
         "run.html",
@@ -55,6 +55,14 @@ async def banner(request: Request) -> HTMLResponse:
     return ui.page(request, "_banner.html", warnings=found)
 
 
+async def eval_figures(request: Request) -> HTMLResponse:
+    """An eval run's figures over its output so far, and its status (the page follows both)."""
+    ui = ui_of(request)
+    run = ui.run_path(request)
+    info = await run_in_threadpool(rd.run_info, ui.root, run, ui.samples)
+    return ui.page(request, "_eval_summary.html", run=info)
+
+
 async def log_tail(request: Request) -> HTMLResponse:
     ui = ui_of(request)
     run = ui.run_path(request)
@@ -64,12 +72,20 @@ async def log_tail(request: Request) -> HTMLResponse:
 
 
 def _warnings(run: Path, files: SampleFiles) -> list[str]:
-    """The banner's warnings from the last metrics lines and the newest sample file's entries."""
+    """The banner's warnings from the last metrics lines and the newest sample file's entries: a step's
+    file holds part of its groups (their whole is ``rollout.n``), an eval's output every group whole."""
     recent = read_metrics_tail(run, 50)
     found = sample_files(run)
     last: list[dict[str, Any]] = []
+    group_size: int | None = None
     if found:
         index = files.get(found[-1])
+        if found[-1].parent.name == "samples":
+            rollout = rd.read_config(run).get("rollout")
+            n = rollout.get("n") if isinstance(rollout, dict) else None
+            group_size = n if isinstance(n, int) else None
+        else:
+            group_size = max((len(g) for g in index.groups.values()), default=None)
         last = [
             {
                 "row_id": e.row_id,
@@ -80,4 +96,4 @@ def _warnings(run: Path, files: SampleFiles) -> list[str]:
             }
             for e in index.entries
         ]
-    return rd.warnings(recent, last)
+    return rd.warnings(recent, last, group_size)

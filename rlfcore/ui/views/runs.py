@@ -14,13 +14,13 @@ from rlfcore.ui.context import ui_of
 
 async def index(request: Request) -> HTMLResponse:
     ui = ui_of(request)
-    found = await run_in_threadpool(rd.find_runs, ui.root)
+    found = await run_in_threadpool(rd.find_runs, ui.root, ui.samples)
     return ui.page(request, "runs.html", runs=found, now=time.time())
 
 
 async def runs_table(request: Request) -> HTMLResponse:
     ui = ui_of(request)
-    found = await run_in_threadpool(rd.find_runs, ui.root)
+    found = await run_in_threadpool(rd.find_runs, ui.root, ui.samples)
     return ui.page(request, "_runs_table.html", runs=found, now=time.time())
 
 
