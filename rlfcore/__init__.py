@@ -2,7 +2,9 @@
 
 ``import rlfcore`` stays light (no torch, no transformers): plugins import it at start-up. What a
 plugin needs is here, in ``__all__``; the modules behind it are the core's own and may change.
-:data:`RunConfig` and :func:`continuation` load their modules on first use.
+:data:`RunConfig`, :class:`ConfigError`, :func:`continuation` and the engine types (:class:`Engine`,
+:class:`Generation`, :class:`SamplingParams`, :class:`ChatTokenizer`) load their modules on first use.
+Tests import their kit from :mod:`rlfcore.testing`.
 """
 
 from __future__ import annotations
@@ -30,20 +32,36 @@ from rlfcore.types import (
 )
 
 if TYPE_CHECKING:
+    from rlfcore.chat import ChatTokenizer
+    from rlfcore.engines.base import Engine, Generation, SamplingParams
     from rlfcore.loop import continuation
-    from rlfcore.schema import RunConfig
+    from rlfcore.schema import ConfigError, RunConfig
 
 __version__ = "0.1.0"
 
-_LAZY = {"RunConfig": "rlfcore.schema", "continuation": "rlfcore.loop"}
-"""Public names whose modules are heavier (pydantic models, the loop), imported when first used."""
+_LAZY = {
+    "ChatTokenizer": "rlfcore.chat",
+    "ConfigError": "rlfcore.schema",
+    "Engine": "rlfcore.engines.base",
+    "Generation": "rlfcore.engines.base",
+    "RunConfig": "rlfcore.schema",
+    "SamplingParams": "rlfcore.engines.base",
+    "continuation": "rlfcore.loop",
+}
+"""Public names whose modules are heavier (pydantic models, the loop) or sit in a higher layer (the
+engines), imported when first used."""
 
 __all__ = [
+    "ChatTokenizer",
+    "ConfigError",
+    "Engine",
     "Example",
+    "Generation",
     "Message",
     "RegistryError",
     "RunConfig",
     "Sample",
+    "SamplingParams",
     "Score",
     "ScoreContext",
     "SetupContext",

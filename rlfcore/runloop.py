@@ -15,9 +15,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import weakref
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Coroutine
 from types import TracebackType
 from typing import Any, TypeVar
+
+from rlfcore.signals import Interrupted
 
 T = TypeVar("T")
 
@@ -38,6 +40,8 @@ class RunLoop:
         self.timeout_s = timeout_s
         self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
+        self._interrupts: list[Interrupted] = []
+        """The signals' exceptions that ended a phase already (:meth:`_complete`)."""
 
     @property
     def loop(self) -> asyncio.AbstractEventLoop:
@@ -46,6 +50,7 @@ class RunLoop:
             raise RuntimeError("this run's event loop is closed: a run's phases must run before it ends")
         if self._loop is None:
             self._loop = asyncio.new_event_loop()
+            self._loop.set_exception_handler(self._report)
             weakref.finalize(self, self._loop.close)  # one never closed (a test's runtime) still is, once dropped
         return self._loop
 
@@ -67,7 +72,7 @@ class RunLoop:
         except RuntimeError:
             coro.close()
             raise
-        return loop.run_until_complete(coro)
+        return self._complete(loop, coro)
 
     def close(self) -> None:
         """Cancel what still runs (a step stopped by Ctrl-C leaves tasks behind, a hung plugin its
@@ -101,7 +106,7 @@ class RunLoop:
                 return
             for task in pending:
                 task.cancel()
-            loop.run_until_complete(asyncio.wait(pending, timeout=self.timeout_s))
+            self._complete(loop, asyncio.wait(pending, timeout=self.timeout_s))
             for task in pending:  # their failures are retrieved: the run is over, and said why already
                 if task.done() and not task.cancelled():
                     task.exception()
@@ -119,9 +124,40 @@ class RunLoop:
     def _bounded(self, loop: asyncio.AbstractEventLoop, step: Coroutine[Any, Any, None], warning: str) -> None:
         """Run one step of the close within ``timeout_s``; past it, ``warning`` (``%g``: the timeout)."""
         try:
-            loop.run_until_complete(asyncio.wait_for(step, self.timeout_s))
+            self._complete(loop, asyncio.wait_for(step, self.timeout_s))
         except asyncio.TimeoutError:
             log.warning("closing the run's event loop: " + warning, self.timeout_s)
+
+    def _complete(self, loop: asyncio.AbstractEventLoop, awaitable: Awaitable[T]) -> T:
+        """``loop.run_until_complete(awaitable)``, robust to what a signal leaves behind.
+
+        A signal's :class:`~rlfcore.signals.Interrupted`, raised in a task's step (a plain ``def``
+        hook runs on the loop's thread), escapes the loop, as asyncio lets every ``KeyboardInterrupt``
+        do; the phase stops and the command handles it. But every task that awaited the interrupted one
+        raises the same exception again when it next runs, and asyncio has queued a ``loop.stop()`` for
+        the tasks that finished: either would end the next phase (a checkpoint, the close) at once,
+        the second with "Event loop stopped before Future completed". Both are passed over here; a
+        new signal is a new exception, and ends the phase as the first did."""
+        future = asyncio.ensure_future(awaitable, loop=loop)
+        while True:
+            try:
+                return loop.run_until_complete(future)
+            except Interrupted as exc:
+                if not any(exc is seen for seen in self._interrupts):
+                    self._interrupts.append(exc)
+                    raise
+                if future.done():  # it ended in the step another task re-raised in
+                    return future.result()
+            except RuntimeError as exc:
+                if future.done() or "stopped before Future completed" not in str(exc):
+                    raise
+
+    def _report(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        """asyncio's report of an error nobody retrieved, less the tasks that re-raised a signal's
+        exception the command has handled already (:meth:`_complete`): the stop was reported once."""
+        if any(context.get("exception") is seen for seen in self._interrupts):
+            return
+        loop.default_exception_handler(context)
 
     def __enter__(self) -> RunLoop:
         return self

@@ -10,6 +10,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Coroutine, Mapping
 from functools import cached_property, partial
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pluggy
@@ -267,15 +268,14 @@ def model_source(config: RunConfig) -> str:
         return str(path)
     if _in_hub_cache(source):
         return source
+    typed = Path(source).expanduser().is_absolute()  # a path typed on the command line arrives absolute
     hint = (
         "; model.init describes one: build it with `rlf init-model CONFIG` (or `rlf train`)"
-        if config.model.init
+        if config.model.init and not typed
         else ""
     )
-    message = (
-        f"no folder {path} ({source!r}, read relative to the config's folder), "
-        f"nor a model in the local Hugging Face cache; rlf does not download{hint}"
-    )
+    where = "" if typed else ", read relative to the config's folder (a path typed on the command line is not)"
+    message = f"no folder {path} ({source!r}{where}), nor a model in the local Hugging Face cache; rlf does not download{hint}"
     raise ConfigError([ConfigIssue(path=key, message=message)], source=label)
 
 

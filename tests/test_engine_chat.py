@@ -1,17 +1,17 @@
 """``rlf eval`` against a chat-completions API: the real command, the embedded default's real MCP
-calculator, and tests/chat_server.py standing in for the hosted API on loopback (no network here).
+calculator, and rlfcore.testing's OpenAIServer (its calculator model) standing in for the hosted API on
+loopback (no network here).
 """
 
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 
 import pytest
-from chat_server import ChatServer
 
 from conftest import ROOT, run_rlf
+from rlfcore.testing import OpenAIServer, Reply, closed_url
 
 CALCULATOR = ROOT / "examples" / "calculator" / "run.yaml"
 
@@ -22,7 +22,7 @@ def _records(path: Path) -> list[dict]:
 
 def test_eval_on_a_chat_api_with_tools_in_the_api_field(tmp_path):
     out_path = tmp_path / "out.jsonl"
-    with ChatServer() as server:
+    with OpenAIServer() as server:
         out = run_rlf(
             "eval",
             str(CALCULATOR),
@@ -60,7 +60,7 @@ def test_eval_on_a_chat_api_with_tools_in_the_api_field(tmp_path):
 
 def test_eval_on_a_chat_api_with_tool_calls_as_text(tmp_path):
     out_path = tmp_path / "out.jsonl"
-    with ChatServer() as server:
+    with OpenAIServer() as server:
         out = run_rlf(
             "eval",
             str(CALCULATOR),
@@ -88,12 +88,6 @@ def test_eval_on_a_chat_api_with_tool_calls_as_text(tmp_path):
     assert answer_turn[3]["role"] == "user" and answer_turn[3]["content"].startswith("<tool_response>\n")
 
 
-def _closed_url() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"http://127.0.0.1:{s.getsockname()[1]}/v1"
-
-
 def _project(tmp_path: Path) -> Path:
     rows = [{"id": f"q{i}", "prompt": f"What is {i}+1?", "ground_truth": str(i + 1)} for i in range(2)]
     (tmp_path / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -113,8 +107,11 @@ def _project(tmp_path: Path) -> Path:
 def test_endpoint_errors_fail_each_sample_and_the_eval(tmp_path, case, cause):
     """No model folder anywhere: a chat engine needs no tokenizer. Each failure is counted by cause."""
     config = _project(tmp_path)
-    with ChatServer(status=503 if case == "503" else 200, api_key="sk-test" if case == "401" else None) as server:
-        url = {"refused": _closed_url(), "404": server.base_url[: -len("/v1")]}.get(case, server.base_url)
+    failing = (
+        OpenAIServer(Reply(status=503)) if case == "503" else OpenAIServer(api_key="sk-test" if case == "401" else None)
+    )
+    with failing as server:
+        url = {"refused": closed_url(), "404": server.base_url[: -len("/v1")]}.get(case, server.base_url)
         out = run_rlf("eval", str(config), "--out", str(tmp_path / "out.jsonl"), f"engine.base_url={url}", cwd=tmp_path)
     assert out.returncode == 1, out.stdout + out.stderr
     assert f"rlf eval: every trajectory failed, nothing was measured. 2 of 2 trajectories failed: {cause}" in out.stderr
@@ -148,13 +145,7 @@ def test_api_calls_that_cannot_be_read_are_error_calls_and_odd_answers_are_engin
     with pytest.raises(ValueError, match="engine.chat_tools: text describes tools only for rollout.parser"):
         ChatEngine("http://x/v1", tools="text", parser="qwen3-coder")
 
-    class Filtered(ChatServer):
-        def answer(self, body):
-            return {
-                "choices": [
-                    {"index": 0, "message": {"role": "assistant", "content": ""}, "finish_reason": "content_filter"}
-                ]
-            }
+    filtered = Reply("", finish_reason="content_filter")
 
     async def ask(url: str) -> None:
         engine = ChatEngine(url, max_retries=0)
@@ -163,7 +154,10 @@ def test_api_calls_that_cannot_be_read_are_error_calls_and_odd_answers_are_engin
         finally:
             await engine.close()
 
-    with Filtered() as server, pytest.raises(EngineError, match="unexpected finish_reason 'content_filter'"):
+    with (
+        OpenAIServer(filtered) as server,
+        pytest.raises(EngineError, match="unexpected finish_reason 'content_filter'"),
+    ):
         asyncio.run(ask(server.base_url))
 
 
@@ -189,7 +183,7 @@ def test_a_raising_tool_shows_the_model_a_short_message_and_the_author_its_trace
     (tmp_path / "run.yaml").write_text(
         "local_plugins: [calc.py]\ndata: {eval: data.jsonl}\nengine: {name: openai-chat}\n"
     )
-    with ChatServer() as server:
+    with OpenAIServer() as server:
         out = run_rlf(
             "--debug",
             "eval",

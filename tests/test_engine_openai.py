@@ -1,34 +1,33 @@
 """OpenAIEngine against a real HTTP server on loopback.
 
 vLLM itself cannot run here (no GPU, no model hub), so a small OpenAI-compatible completions server
-(tests/openai_server.py) stands in: it answers over real HTTP with vLLM-shaped responses and
+(rlfcore.testing's OpenAIServer) stands in: it answers over real HTTP with vLLM-shaped responses and
 deterministic tokens, and can fail, stall or omit the stop token on demand.
 """
 
 from __future__ import annotations
 
 import asyncio
-import socket
+import re
 
 import pytest
 
 pytest.importorskip("httpx")
 
-from openai_server import CompletionsServer
-
 from rlfcore.chat import ByteChatTokenizer
 from rlfcore.config import EngineConfig
 from rlfcore.engines.base import SamplingParams
 from rlfcore.engines.openai import EngineError, OpenAIEngine, parse_choice
+from rlfcore.testing import OpenAIServer, Reply, closed_url, counting
 
 
-def engine_for(server: CompletionsServer, **kwargs) -> OpenAIEngine:
+def engine_for(server: OpenAIServer, **kwargs) -> OpenAIEngine:
     kwargs.setdefault("backoff_s", 0.01)
     return OpenAIEngine(server.base_url, "tiny", **kwargs)
 
 
 async def test_ids_logprobs_and_request_body():
-    with CompletionsServer() as server:
+    with OpenAIServer() as server:
         engine = engine_for(server, api_key="sk-test")
         params = SamplingParams(temperature=0.6, top_p=0.95, top_k=20, max_tokens=5, seed=7, stop_token_ids=[290])
         gen = await engine.generate([1, 2, 10], params, request_id="traj-1")
@@ -46,21 +45,21 @@ async def test_ids_logprobs_and_request_body():
     )
     assert body["stop_token_ids"] == [290] and body["logprobs"] == 1
     assert body["return_tokens_as_token_ids"] is True and body["skip_special_tokens"] is False
-    assert server.headers[0]["Authorization"] == "Bearer sk-test"
+    assert server.received[0].headers["Authorization"] == "Bearer sk-test"
 
 
 async def test_defaults_leave_out_top_k_and_seed():
-    with CompletionsServer() as server:
+    with OpenAIServer() as server:
         engine = OpenAIEngine(server.base_url + "/")  # a trailing slash and no model name
         await engine.generate([3], SamplingParams(max_tokens=2))
         await engine.close()
     body = server.requests[0]
     assert "top_k" not in body and "seed" not in body and "model" not in body
-    assert "Authorization" not in server.headers[0]
+    assert "Authorization" not in server.received[0].headers
 
 
 async def test_stop_token_is_included():
-    with CompletionsServer() as server:
+    with OpenAIServer() as server:
         engine = engine_for(server)
         gen = await engine.generate([40], SamplingParams(max_tokens=10, stop_token_ids=[43, 299]))
         await engine.close()
@@ -69,8 +68,7 @@ async def test_stop_token_is_included():
 
 
 async def test_stop_token_omitted_by_the_server_is_appended():
-    with CompletionsServer(eos_id=45) as server:
-        server.omit_stop = True
+    with OpenAIServer(completions=counting(eos_id=45, omit_stop=True)) as server:
         engine = engine_for(server)
         named = await engine.generate([40], SamplingParams(max_tokens=10, stop_token_ids=[299, 43]))
         eos = await engine.generate([40], SamplingParams(max_tokens=10, stop_token_ids=[45, 299]))
@@ -83,7 +81,7 @@ async def test_stop_token_omitted_by_the_server_is_appended():
 
 
 async def test_ids_from_token_ids_field_without_logprobs():
-    with CompletionsServer(style="token_ids") as server:
+    with OpenAIServer(completions=counting(ids_in="token_ids")) as server:
         engine = engine_for(server)
         gen = await engine.generate([7], SamplingParams(max_tokens=3))
         await engine.close()
@@ -92,8 +90,8 @@ async def test_ids_from_token_ids_field_without_logprobs():
 
 async def test_text_only_server_needs_a_tokenizer():
     tok = ByteChatTokenizer()
-    with CompletionsServer(style="text", eos_id=ord("d")) as server:
-        server.omit_stop = True  # the text leaves out the end of turn
+    # the text leaves out the end of turn
+    with OpenAIServer(completions=counting(eos_id=ord("d"), ids_in="text", omit_stop=True)) as server:
         engine = engine_for(server, tokenizer=tok)
         gen = await engine.generate(tok.encode("xa"), SamplingParams(max_tokens=10, stop_token_ids=tok.eos_token_ids))
         bare = engine_for(server)
@@ -106,8 +104,8 @@ async def test_text_only_server_needs_a_tokenizer():
 
 
 async def test_retries_after_503_then_succeeds():
-    with CompletionsServer() as server:
-        server.failures = [503, 502]
+    with OpenAIServer() as server:
+        server.script = [Reply(status=503), Reply(status=502)]
         engine = engine_for(server, max_retries=3)
         gen = await engine.generate([1], SamplingParams(max_tokens=2))
         await engine.close()
@@ -116,21 +114,21 @@ async def test_retries_after_503_then_succeeds():
 
 
 async def test_persistent_500_fails_clearly_after_retries():
-    with CompletionsServer() as server:
-        server.failures = [500] * 10
+    with OpenAIServer() as server:
+        server.script = [Reply(status=500)] * 10
         engine = engine_for(server, max_retries=2)
         with pytest.raises(EngineError) as info:
             await engine.generate([1], SamplingParams(max_tokens=2))
         await engine.close()
     message = str(info.value)
     assert server.base_url + "/completions" in message
-    assert "HTTP 500" in message and "simulated failure 500" in message and "3 attempts" in message
+    assert "HTTP 500" in message and "scripted HTTP 500" in message and "3 attempts" in message
     assert len(server.requests) == 3
 
 
 async def test_client_errors_are_not_retried():
-    with CompletionsServer() as server:
-        server.failures = [400]
+    with OpenAIServer() as server:
+        server.script = [Reply(status=400)]
         engine = engine_for(server, max_retries=3)
         with pytest.raises(EngineError, match="HTTP 400"):
             await engine.generate([1], SamplingParams(max_tokens=2))
@@ -139,8 +137,7 @@ async def test_client_errors_are_not_retried():
 
 
 async def test_timeout_fails_without_retrying():
-    with CompletionsServer() as server:
-        server.delay_s = 1.0
+    with OpenAIServer(delay_s=1.0) as server:
         engine = engine_for(server, timeout_s=0.2, max_retries=3)
         with pytest.raises(EngineError, match=r"within 0.2s \(timed out\).*'slow'"):
             await engine.generate([1], SamplingParams(max_tokens=2), request_id="slow")
@@ -149,18 +146,15 @@ async def test_timeout_fails_without_retrying():
 
 
 async def test_unreachable_server_fails_after_retries():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # closed again before use: nothing listens there
-    engine = OpenAIEngine(f"http://127.0.0.1:{port}/v1", backoff_s=0.01, max_retries=1)
-    with pytest.raises(EngineError, match=rf"127.0.0.1:{port}/v1/completions: failed after 2 attempts; last: Connect"):
+    url = closed_url()
+    engine = OpenAIEngine(url, backoff_s=0.01, max_retries=1)
+    with pytest.raises(EngineError, match=rf"{re.escape(url)}/completions: failed after 2 attempts; last: Connect"):
         await engine.generate([1], SamplingParams(max_tokens=2))
     await engine.close()
 
 
 async def test_sixteen_concurrent_calls():
-    with CompletionsServer() as server:
-        server.delay_s = 0.05
+    with OpenAIServer(delay_s=0.05) as server:
         engine = engine_for(server)
         gens = await asyncio.gather(*(engine.generate([i * 10], SamplingParams(max_tokens=3)) for i in range(16)))
         await engine.close()
@@ -183,7 +177,7 @@ def test_from_config_and_unexpected_finish_reason():
 
 def test_one_engine_serves_successive_event_loops():
     """A trainer may run each rollout under its own asyncio.run, closing the engine's pool at the end."""
-    with CompletionsServer() as server:
+    with OpenAIServer() as server:
         engine = engine_for(server)
 
         async def rollout():
@@ -197,7 +191,7 @@ def test_one_engine_serves_successive_event_loops():
 
 
 async def test_stop_strings_are_sent_and_a_stop_string_stop_appends_nothing():
-    with CompletionsServer() as server:
+    with OpenAIServer() as server:
         engine = engine_for(server)
         await engine.generate([40], SamplingParams(max_tokens=3, stop=["</search>"]))
         await engine.close()

@@ -25,7 +25,9 @@ def test_pass_at_k_is_the_unbiased_estimator():
     assert pass_at_k(8, 0, 8) == 0.0 and pass_at_k(3, 3, 1) == 1.0
     with pytest.raises(ValueError):
         pass_at_k(4, 1, 5)
-    assert k_values(1) == [1] and k_values(4) == [1, 2, 4] and k_values(6) == [1, 2, 4, 6] and k_values(8) == [1, 2, 4, 8]
+    assert (
+        k_values(1) == [1] and k_values(4) == [1, 2, 4] and k_values(6) == [1, 2, 4, 6] and k_values(8) == [1, 2, 4, 8]
+    )
 
 
 def test_a_scripted_policy_gets_hand_computed_pass_at_k_and_difficulty():

@@ -1,19 +1,18 @@
 """A run that failed says so: ``rlf eval`` against a dead or wrong endpoint, broken reward hooks.
 
-The served model is tests/openai_server.py's completions stand-in on loopback (vLLM cannot run here);
+The served model is rlfcore.testing's OpenAIServer, its completions route on loopback (vLLM cannot run here);
 the tokenizer is a tiny one built here; everything else is the real ``rlf`` command.
 """
 
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 
 import pytest
-from openai_server import CompletionsServer
 
 from conftest import run_rlf
+from rlfcore.testing import OpenAIServer, closed_url, counting
 
 ROWS = [{"id": f"q{i}", "prompt": f"What is {i} plus 1?", "ground_truth": str(i + 1)} for i in range(4)]
 
@@ -49,14 +48,8 @@ def _project(tmp_path: Path, tiny: Path, extra: str = "") -> Path:
     return tmp_path / "run.yaml"
 
 
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_eval_against_an_unreachable_endpoint_fails_loud(tiny, tmp_path):
-    config = _project(tmp_path, tiny, f"engine: {{name: openai, base_url: 'http://127.0.0.1:{_closed_port()}/v1'}}\n")
+    config = _project(tmp_path, tiny, f"engine: {{name: openai, base_url: '{closed_url()}'}}\n")
     out = run_rlf("eval", str(config), "--out", str(tmp_path / "out.jsonl"), cwd=tmp_path)
     assert out.returncode == 1, out.stdout + out.stderr
     assert "every trajectory failed" in out.stderr and "rollout ConnectError ×4" in out.stderr
@@ -65,7 +58,7 @@ def test_eval_against_an_unreachable_endpoint_fails_loud(tiny, tmp_path):
 
 
 def test_eval_against_a_404_fails_loud_with_the_status(tiny, tmp_path):
-    with CompletionsServer() as server:
+    with OpenAIServer() as server:
         config = _project(tmp_path, tiny, f"engine: {{name: openai, base_url: '{server.base_url[:-3]}/api'}}\n")
         out = run_rlf("eval", str(config), "--out", str(tmp_path / "out.jsonl"), cwd=tmp_path)
     assert out.returncode == 1, out.stdout + out.stderr
@@ -74,7 +67,7 @@ def test_eval_against_a_404_fails_loud_with_the_status(tiny, tmp_path):
 
 def test_broken_reward_hooks_cost_their_samples_only_and_name_plugin_hook_and_value(tiny, tmp_path):
     (tmp_path / "bad.py").write_text(BAD_REWARDS)
-    with CompletionsServer(eos_id=7) as server:
+    with OpenAIServer(completions=counting(eos_id=7)) as server:
         config = _project(
             tmp_path,
             tiny,

@@ -26,13 +26,19 @@ def test_eval_reads_model_and_data_relative_to_the_config(tmp_path):
     out = run_rlf("eval", "project/run.yaml", "--out", "out.jsonl", cwd=tmp_path)
     assert out.returncode == 0, out.stdout + out.stderr
     assert json.loads((tmp_path / "out.jsonl").read_text())["row_id"] == "q"
+    # a path typed on the command line is the shell's, and the error says so without the config's folder
     gone = run_rlf("eval", "project/run.yaml", "model.path=nowhere", cwd=tmp_path)
     assert gone.returncode == 2
+    assert f"model.path: no folder {tmp_path / 'nowhere'} ('{tmp_path / 'nowhere'}')" in gone.stderr
+    assert "huggingface" not in gone.stderr.lower() and "init-model" not in gone.stderr
+    # one written in the file is the config's
+    (tmp_path / "project" / "other.yaml").write_text("model: {path: nowhere}\ndata: {eval: data.jsonl}\n")
+    written = run_rlf("eval", "project/other.yaml", cwd=tmp_path)
+    assert written.returncode == 2
     assert (
-        f"model.path: no folder {tmp_path / 'project' / 'nowhere'} ('nowhere', read relative to the config's folder)"
-        in gone.stderr
+        f"no folder {tmp_path / 'project' / 'nowhere'} ('nowhere', read relative to the config's folder"
+        in written.stderr
     )
-    assert "huggingface" not in gone.stderr.lower()
 
 
 def test_config_reports_data_files_that_do_not_exist(tmp_path):
@@ -49,6 +55,10 @@ def test_config_reports_data_files_that_do_not_exist(tmp_path):
         in out.stderr
     )
     assert "sft.data: no such file" in out.stderr and "data.train" not in out.stderr
-    ok = run_rlf("config", "project/run.yaml", "data.eval=here.jsonl", "sft.data=here.jsonl", cwd=tmp_path)
+    # paths typed on the command line are read from the shell's folder, as in every CLI
+    ok = run_rlf(
+        "config", "project/run.yaml", "data.eval=project/here.jsonl", "sft.data=project/here.jsonl", cwd=tmp_path
+    )
     assert ok.returncode == 0, ok.stderr
-    assert "warning: sft.data is set (here.jsonl) but sft.steps is 0, so SFT is skipped" in ok.stderr
+    here = tmp_path / "project" / "here.jsonl"
+    assert f"warning: sft.data is set ({here}) but sft.steps is 0, so SFT is skipped" in ok.stderr

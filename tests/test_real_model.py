@@ -90,3 +90,24 @@ def test_fetch_then_one_lora_grpo_step_and_a_4_row_eval(tmp_path: Path) -> None:
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(records) == 4 and all(r["stop_reason"] != "error" for r in records), [r.get("error") for r in records]
     assert all(r["prompt_ids"] and r["response_ids"] for r in records)
+
+    # the same model behind rlf's endpoint, driven by an OpenAI SDK agent (examples/agent-calculator)
+    agent_out = tmp_path / "agent.jsonl"
+    rlf(
+        "eval",
+        str(ROOT / "examples" / "agent-calculator" / "run.yaml"),
+        f"model.path={merged}",
+        "rollout.n=1",
+        "rollout.sampling.temperature=0",
+        "rollout.sampling.max_tokens=48",
+        "--limit",
+        "4",
+        "--out",
+        str(agent_out),
+        cwd=tmp_path,
+    )
+    episodes = [json.loads(line) for line in agent_out.read_text().splitlines()]
+    assert len(episodes) == 4 and all(e["stop_reason"] != "error" for e in episodes), [e["error"] for e in episodes]
+    for e in episodes:  # the real template's rendering of what the agent sent, token for token
+        assert e["segment_reason"] == "first request" and e["generated_tokens"] > 0
+        assert e["template_mismatch"] is None, e["template_mismatch"]

@@ -29,7 +29,7 @@ from rlfcore import Score, hookimpl
 
 @hookimpl
 def compute_score(sample):
-    time.sleep(0.1)  # slow enough that SIGTERM lands mid-run
+    time.sleep(0.05)  # a plain def scorer, slow enough that SIGTERM lands mid-run (often in it)
     return Score(value=float(sample.response.startswith("A")))
 """
 
@@ -59,11 +59,11 @@ def _steps(run: Path) -> list[int]:
 
 
 def _stopped_run(root: Path) -> tuple[Path, str]:
-    """Start ``rlf train project/run.yaml trainer.steps=6 --run-dir run`` in ``root``, stop it with SIGTERM
+    """Start ``rlf train project/run.yaml trainer.steps=12 --run-dir run`` in ``root``, stop it with SIGTERM
     after its second step, and return the run folder and the resume command it printed."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RLF_")}
     env["PYTHONPATH"] = str(ROOT)
-    argv = [sys.executable, "-m", "rlfcore", "train", "project/run.yaml", "trainer.steps=6", "--run-dir", "run"]
+    argv = [sys.executable, "-m", "rlfcore", "train", "project/run.yaml", "trainer.steps=12", "--run-dir", "run"]
     child = subprocess.Popen(argv, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     deadline = time.monotonic() + 240
     while not (root / "run" / "checkpoints" / "step_000002" / "trainer.pt").exists():
@@ -81,29 +81,29 @@ def test_the_printed_resume_command_continues_the_recorded_run_and_a_bare_resume
     _project(tmp_path)
     run, command = _stopped_run(tmp_path)
     stopped_at = _steps(run)[-1]
-    assert 2 <= stopped_at < 6
+    assert 2 <= stopped_at < 12
     assert (run / "config.yaml").read_text().startswith("# rlf-source: ")
-    assert yaml.safe_load((run / "config.yaml").read_text())["trainer"]["steps"] == 6
+    assert yaml.safe_load((run / "config.yaml").read_text())["trainer"]["steps"] == 12
 
     words = shlex.split(command)
     assert words[:2] == ["rlf", "train"], command
     out = run_rlf(*words[1:], cwd=tmp_path)  # verbatim, from where the run started
     assert out.returncode == 0, out.stdout + out.stderr
     assert "Resuming with the run's recorded config" in out.stderr
-    assert _steps(run) == [1, 2, 3, 4, 5, 6]  # the recorded 6, not the file's 30
-    assert json.loads((run / "summary.json").read_text())["steps"] == 6
-    assert yaml.safe_load((run / "config.yaml").read_text())["trainer"]["steps"] == 6
+    assert _steps(run) == list(range(1, 13))  # the recorded 12, not the file's 30
+    assert json.loads((run / "summary.json").read_text())["steps"] == 12
+    assert yaml.safe_load((run / "config.yaml").read_text())["trainer"]["steps"] == 12
 
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()  # no CONFIG, another folder: the record still finds the model, data and plugin
-    more = run_rlf("train", "--run-dir", str(run), "--resume", "trainer.steps=7", cwd=elsewhere)
+    more = run_rlf("train", "--run-dir", str(run), "--resume", "trainer.steps=13", cwd=elsewhere)
     assert more.returncode == 0, more.stdout + more.stderr
-    assert "trainer.steps: 6 -> 7" in more.stderr and _steps(run) == [1, 2, 3, 4, 5, 6, 7]
+    assert "trainer.steps: 12 -> 13" in more.stderr and _steps(run) == list(range(1, 14))
 
-    refused = run_rlf("train", "--run-dir", str(run), "--resume", "trainer.steps=8", "rollout.n=4", cwd=elsewhere)
+    refused = run_rlf("train", "--run-dir", str(run), "--resume", "trainer.steps=14", "rollout.n=4", cwd=elsewhere)
     assert refused.returncode == 2, refused.stdout + refused.stderr
     assert "rollout.n: 2 -> 4" in refused.stderr and "--allow-config-change" in refused.stderr
-    assert _steps(run)[-1] == 7
+    assert _steps(run)[-1] == 13
 
 
 def test_a_saved_config_reads_its_paths_from_the_original_folder(tmp_path):

@@ -155,3 +155,38 @@ def test_run_loop_refuses_to_nest_and_a_created_runtime_refuses_another_loop():
     runtime = asyncio.run(Runtime.create(RunConfig(), manager))
     with pytest.raises(RuntimeError, match="set up in another event loop"):
         runtime.run(asyncio.sleep(0))
+
+
+def test_a_signal_raised_in_one_task_ends_its_phase_once_and_the_next_phases_run():
+    """A plain ``def`` hook runs in a task's step: the signal's exception leaves the loop there, and
+    every task that awaited that one raises it again later, while the tasks that finished leave their
+    ``loop.stop()`` queued. Neither may end the next phase (the checkpoint, the close)."""
+    import signal
+
+    from rlfcore.runloop import RunLoop
+    from rlfcore.signals import Interrupted
+
+    async def hook() -> None:
+        raise Interrupted(signal.SIGTERM)  # what signals._raise does inside a sync hook
+
+    async def step() -> None:
+        interrupted = asyncio.ensure_future(hook())
+
+        async def scorer() -> None:  # awaits the interrupted task: raises its exception again
+            await interrupted
+
+        await asyncio.gather(scorer(), scorer(), asyncio.sleep(0))
+
+    loop = RunLoop(timeout_s=5)
+    with pytest.raises(Interrupted) as first:
+        loop.run(step())
+    assert loop.run(asyncio.sleep(0.01, result="saved")) == "saved"  # the checkpoint after the signal
+    loop.close()  # and the close, while the awaiting tasks re-raise the same exception
+    assert first.value.signum == signal.SIGTERM
+
+    again = RunLoop(timeout_s=5)  # a new signal is a new exception: it ends its phase too
+    with pytest.raises(Interrupted):
+        again.run(step())
+    with pytest.raises(Interrupted):
+        again.run(step())
+    again.close()

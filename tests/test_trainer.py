@@ -163,7 +163,10 @@ def test_train_writes_the_run_folder_and_resume_matches_an_uninterrupted_run(tmp
     # interrupted after 2 steps, then resumed to 4: the same numbers as the uninterrupted run
     part = run_rlf("train", str(config), "trainer.steps=2", "--run-dir", str(tmp_path / "part"), cwd=tmp_path)
     assert part.returncode == 0, part.stderr
-    resumed = run_rlf("train", str(config), "--run-dir", str(tmp_path / "part"), "--resume", cwd=tmp_path)
+    # a resume continues the recorded run (trainer.steps=2): taking it on to 4 is said on the command line
+    resumed = run_rlf(
+        "train", str(config), "--run-dir", str(tmp_path / "part"), "--resume", "trainer.steps=4", cwd=tmp_path
+    )
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     again = _metrics(tmp_path / "part")
     assert [m["step"] for m in again] == [1, 2, 3, 4]

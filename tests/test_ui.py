@@ -251,7 +251,12 @@ def write_trained(folder: Path, step_records: list[dict[str, Any]], saved: list[
     for step in range(1, 4):
         with (folder / "samples" / f"step_{step:06d}.jsonl").open("w") as f:
             f.writelines(json.dumps(r) + "\n" for r in saved)
-        line = {**metrics_line(step, step_records), "kl": step * 1.1e-7, "logprob_drift": step * 4e-8, "active_fraction": 0.5}
+        line = {
+            **metrics_line(step, step_records),
+            "kl": step * 1.1e-7,
+            "logprob_drift": step * 4e-8,
+            "active_fraction": 0.5,
+        }
         with (folder / "metrics.jsonl").open("a") as f:
             f.write(json.dumps(line) + "\n")
     (folder / "summary.json").write_text(json.dumps({"status": "finished", "steps": 3, "total_s": 42.0}))
@@ -383,12 +388,15 @@ def test_status_comes_from_the_exit_code_and_the_buttons_follow_it(client) -> No
 
 
 def test_an_evals_status_is_its_exit_code(tmp_path: Path, ui_world: dict[str, Any]) -> None:
-    from rlfcore.ui.runs import status
+    from rlfcore.ui.runs import run_info, status
 
     cases = {"ok": (0, "finished"), "crash": (1, "failed"), "killed": (-15, "stopped"), "unknown": (None, "ended")}
     for name, (rc, expected) in cases.items():
         run = write_eval(tmp_path / name, ui_world["good"], ui_world["config"], rc)
         assert status(run) == expected, (name, status(run))
+    (tmp_path / "ok" / "eval.difficulty.jsonl").write_text('{"id": "q1", "samples": 4, "solve_rate": 0.5}\n')
+    info = run_info(tmp_path, tmp_path / "ok")  # rlf eval --repeats's row file beside it holds no trajectories
+    assert info.kind == "eval" and info.evaluation and info.evaluation["trajectories"] == 8 and info.reward == 0.5
     (tmp_path / "byhand").mkdir()  # rlf eval --out RUN/eval.jsonl from a shell, still writing
     (tmp_path / "byhand" / "eval.jsonl").write_text(json.dumps(ui_world["good"][0]) + "\n")
     assert status(tmp_path / "byhand") == "running"

@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import importlib
 import importlib.util
 import inspect
 import json
 import os
 import signal
-import ssl
 import traceback
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -71,29 +69,51 @@ def _answer(value: Any) -> str | None:
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
-@functools.cache
-def _tls() -> ssl.SSLContext:
-    """One TLS context for every episode's client: building one loads the CA store, 26 ms of CPU,
-    three quarters of an episode's cost in benchmarks/agent_gateway.py."""
-    return ssl.create_default_context()
+class FunctionAgent:
+    """``agent.entry``: ``fn(task, client)`` per episode. Every episode's client is a copy of one
+    ``openai.AsyncOpenAI`` with the episode's base URL and key, so they share one connection pool
+    (and one TLS context: building one loads the CA store, 26 ms of CPU, which made three quarters
+    of an episode's cost in benchmarks/agent_gateway.py)."""
+
+    def __init__(self, fn: AgentFunction, timeout_s: float):
+        self.fn, self.timeout_s = fn, timeout_s
+        self._base: Any = None
+
+    async def __call__(self, task: dict[str, Any], base_url: str, key: str) -> Outcome:
+        if self._base is None:
+            import openai
+
+            self._base = openai.AsyncOpenAI(base_url=base_url, api_key=key, max_retries=0, timeout=self.timeout_s)
+        client = self._base.with_options(base_url=base_url, api_key=key)
+        try:
+            value = await asyncio.wait_for(self.fn(task, client), self.timeout_s)
+            return Outcome(answer=_answer(value))
+        except asyncio.TimeoutError:
+            return Outcome(
+                stop_reason="agent_timeout", error=f"the agent ran past agent.timeout_s ({self.timeout_s:g} s)"
+            )
+        except Exception as exc:  # the agent's own failure ends its episode only
+            where = traceback.format_exception(type(exc), exc, exc.__traceback__)[-3:]
+            return Outcome(stop_reason="agent_error", error=f"{type(exc).__name__}: {exc}\n{''.join(where)[-2000:]}")
+
+    async def aclose(self) -> None:
+        """Close the shared connections (the endpoint stopped: they point nowhere now)."""
+        if self._base is not None:
+            base, self._base = self._base, None
+            await base.close()
 
 
-async def run_function(fn: AgentFunction, task: dict[str, Any], base_url: str, key: str, timeout_s: float) -> Outcome:
-    """``fn(task, client)`` with an ``openai.AsyncOpenAI`` client pointed at the episode."""
-    import openai
+class CommandAgent:
+    """``agent.command``: the program per episode (:func:`run_command`)."""
 
-    http = openai.DefaultAsyncHttpxClient(verify=_tls())
-    client = openai.AsyncOpenAI(base_url=base_url, api_key=key, max_retries=0, timeout=timeout_s, http_client=http)
-    try:
-        value = await asyncio.wait_for(fn(task, client), timeout_s)
-        return Outcome(answer=_answer(value))
-    except asyncio.TimeoutError:
-        return Outcome(stop_reason="agent_timeout", error=f"the agent ran past agent.timeout_s ({timeout_s:g} s)")
-    except Exception as exc:  # the agent's own failure ends its episode only
-        where = traceback.format_exception(type(exc), exc, exc.__traceback__)[-3:]
-        return Outcome(stop_reason="agent_error", error=f"{type(exc).__name__}: {exc}\n{''.join(where)[-2000:]}")
-    finally:
-        await client.close()
+    def __init__(self, argv: list[str], timeout_s: float, cwd: Path):
+        self.argv, self.timeout_s, self.cwd = argv, timeout_s, cwd
+
+    async def __call__(self, task: dict[str, Any], base_url: str, key: str) -> Outcome:
+        return await run_command(self.argv, task, base_url, key, self.timeout_s, self.cwd)
+
+    async def aclose(self) -> None:
+        return None
 
 
 async def run_command(
@@ -143,10 +163,8 @@ async def run_command(
     return Outcome(answer=out.decode(errors="replace").strip())
 
 
-def runner(cfg: AgentConfig, base_dir: Path) -> Callable[[dict[str, Any], str, str], Awaitable[Outcome]]:
-    """How each episode runs the configured agent: ``(task, base_url, key) -> Outcome``."""
+def runner(cfg: AgentConfig, base_dir: Path) -> FunctionAgent | CommandAgent:
+    """How each episode runs the configured agent: ``await agent(task, base_url, key) -> Outcome``."""
     if cfg.entry is not None:
-        fn = load_entry(cfg.entry, base_dir)
-        return lambda task, url, key: run_function(fn, task, url, key, cfg.timeout_s)
-    argv = list(cfg.command or [])
-    return lambda task, url, key: run_command(argv, task, url, key, cfg.timeout_s, base_dir)
+        return FunctionAgent(load_entry(cfg.entry, base_dir), cfg.timeout_s)
+    return CommandAgent(list(cfg.command or []), cfg.timeout_s, base_dir)

@@ -227,6 +227,7 @@ class AgentRollout:
                 self._users -= 1
                 if self._users == 0:
                     await self.gateway.stop()
+                    await self._run_agent.aclose()
 
     async def trajectory(self, row: Row, traj_id: str, check: bool = True, engine: Engine | None = None) -> Trajectory:
         """One episode of ``row``, inside :meth:`serving`; ``check``: compare its segments with the

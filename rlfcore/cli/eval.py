@@ -59,7 +59,7 @@ def eval_command(
 ) -> None:
     """Roll out the rows of data.eval (or data.train) and score them: one JSON line per trajectory,
     then a summary table. Exits 1 when every trajectory failed (endpoint down, a broken scorer)."""
-    from rlfcore.config import load_config
+    from rlfcore.config import load_config, typed_overrides
     from rlfcore.data import read_rows
     from rlfcore.evaluation import default_out, difficulty_out, evaluate, row_profiles, write_profiles
     from rlfcore.failures import RunFailed, check_not_all_failed, error_summary
@@ -70,7 +70,7 @@ def eval_command(
         raise click.UsageError("--greedy decodes one argmax sample per row: drop it to sample --repeats times")
     wanted = (GREEDY if greedy else []) + list(overrides) + ([f"engine.name={engine}"] if engine else [])
     wanted += [f"rollout.n={repeats}"] if repeats is not None else []
-    config, manager = load_config(config_path, wanted)
+    config, manager = load_config(config_path, typed_overrides(wanted))
     if _needs_tokenizer(config.engine.name):
         model_source(config)  # a missing model fails here, before any MCP server starts
     data = config.data.eval or config.data.train

@@ -170,14 +170,14 @@ def train(
     from rlfcore.config import typed_overrides
 
     if config_path is not None and "=" in config_path and not Path(config_path).is_file():
-        config_path, overrides = None, (config_path, *overrides)  # `--run-dir RUN --resume key=value`: no CONFIG
+        overrides = (config_path, *overrides)  # `--run-dir RUN --resume key=value`: no CONFIG
+        config_path = None
     resume = resume or bool(resume_from)
-    if resume and not run_dir:
-        raise click.UsageError("--resume needs --run-dir: the run to continue")
     if allow_config_change and not resume:
         raise click.UsageError("--allow-config-change is for --resume: a new run has no recorded config to differ from")
     if resume:
-        assert run_dir is not None
+        if not run_dir:
+            raise click.UsageError("--resume needs --run-dir: the run to continue")
         config_path = _resumed_config(Path(run_dir), config_path)
     elif config_path is None:
         raise click.UsageError("Missing argument 'CONFIG': the run config to train with (a YAML file)")

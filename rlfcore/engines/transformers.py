@@ -19,9 +19,11 @@ import torch.nn.functional as F
 
 from rlfcore.engines import decoder, kvcache
 from rlfcore.engines.base import Engine, Generation, SamplingParams
-from rlfcore.threads import in_thread
+from rlfcore.threads import start_in_thread
 
 _CLOSED = "TransformersEngine was closed before this request ran"
+DRAIN_S = 30.0
+"""How long a closing engine waits for its decoding thread to stop (:meth:`TransformersEngine._decoded`)."""
 _CUT_CANDIDATES = 64
 """The most likely tokens among which a top-k/top-p cut is looked for first."""
 _CDF_BLOCK = 1024
@@ -319,9 +321,28 @@ class TransformersEngine(Engine):
             wake.clear()
             if len(inbox) < self.max_batch_size:
                 await asyncio.sleep(self.batch_wait_s)  # from idle: let a step's first turns gather
-            if inbox:  # a thread of its own: code that fills asyncio's default executor (an agent's
-                # blocking client, waiting on this engine) must not keep the engine from decoding
-                await in_thread(self._run, {"inbox": inbox}, name="the transformers engine's decoding")
+            if inbox:
+                await self._decoded(inbox)
+
+    async def _decoded(self, inbox: collections.deque[_Request]) -> None:
+        """Decode in a thread of its own (code that fills asyncio's default executor, an agent's
+        blocking client waiting on this engine, must not keep it from decoding) until the inbox is
+        empty. Cancelled (the run is closing, its callers are cancelled too), it waits up to
+        ``DRAIN_S`` for the thread, which drops cancelled rows at its next step: torch still running
+        in a thread as the interpreter exits aborts the process."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+
+        def settle(ok: bool, value: Any) -> None:
+            if not done.done():
+                done.set_result(None) if ok else done.set_exception(value)
+
+        start_in_thread(self._run, {"inbox": inbox}, settle)
+        try:
+            await asyncio.shield(done)
+        except asyncio.CancelledError:
+            await asyncio.wait([done], timeout=DRAIN_S)
+            raise
 
     # --- decoding (worker thread) -----------------------------------------------------------------
 
@@ -381,6 +402,11 @@ class TransformersEngine(Engine):
                 self._admit(batch, inbox)
             if not batch.rows:
                 return
+            live = [j for j, r in enumerate(batch.rows) if not r.future.done()]
+            if len(live) < len(batch.rows):  # their callers were cancelled: decoding them is wasted
+                batch.select(live, self.device)
+                if not batch.rows:
+                    continue
             tokens, logprobs = self._sample(batch.logits, batch.rows)
             keep: list[int] = []
             done: list[tuple[int, _Request, Literal["stop", "length"]]] = []

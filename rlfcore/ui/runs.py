@@ -15,7 +15,7 @@ from typing import Any
 
 from rlfcore.rundata.files import read_json
 from rlfcore.rundata.metrics import LOCAL_FILE, VERL_EARLIER_FILE, VERL_FILE, has_metrics, read_metrics_tail
-from rlfcore.ui.samples import SampleFiles, SampleIndex
+from rlfcore.ui.samples import SampleFiles, SampleIndex, eval_outputs
 
 LIVE_WINDOW_S = 120.0
 """A run whose files changed this recently counts as running."""
@@ -127,7 +127,7 @@ def run_info(root: Path, path: Path, files: SampleFiles | None = None) -> RunInf
 
 def eval_file(path: Path) -> Path | None:
     """The ``rlf eval`` output in a run folder (the launch page writes ``eval.jsonl``), the newest if several."""
-    found = sorted(path.glob("eval*.jsonl"), key=lambda p: p.stat().st_mtime)
+    found = sorted(eval_outputs(path), key=lambda p: p.stat().st_mtime)
     return found[-1] if found else None
 
 
@@ -232,7 +232,7 @@ def last_change(path: Path) -> float:
         p = path / name
         if p.exists():
             times.append(p.stat().st_mtime)
-    times.extend(p.stat().st_mtime for p in path.glob("eval*.jsonl"))
+    times.extend(p.stat().st_mtime for p in eval_outputs(path))
     return max(times)
 
 
@@ -277,7 +277,9 @@ def warnings(metrics: list[dict[str, Any]], last_samples: list[dict[str, Any]], 
     if metrics and all(_num(m.get("reward_std")) == 0 for m in metrics[-3:]):
         out.append("reward_std is 0 in the last steps: every sample of a step got the same reward")
     elif not out and metrics and all(_num(m.get("active_fraction")) == 0 for m in metrics[-3:]):
-        out.append("active_fraction is 0 in the last steps: in every group all samples scored alike, so GRPO learns nothing")
+        out.append(
+            "active_fraction is 0 in the last steps: in every group all samples scored alike, so GRPO learns nothing"
+        )
     rates = [r for r in (_num(m.get("tool_error_rate")) for m in metrics) if r is not None]
     if len(rates) >= 4:
         k = max(2, len(rates) // 4)

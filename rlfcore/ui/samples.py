@@ -201,7 +201,14 @@ class SampleFiles:
 
 def sample_files(run: Path) -> list[Path]:
     """A run's sample files by step, then any ``rlf eval`` output the launch page wrote there."""
-    return sorted((run / "samples").glob("*.jsonl")) + sorted(run.glob("eval*.jsonl"))
+    return sorted((run / "samples").glob("*.jsonl")) + eval_outputs(run)
+
+
+def eval_outputs(run: Path) -> list[Path]:
+    """The ``rlf eval`` trajectory files in a run folder (``eval*.jsonl``), without the per-row difficulty
+    file ``rlf eval --repeats`` writes beside one (``eval.difficulty.jsonl``): its lines are rows, not
+    trajectories."""
+    return sorted(p for p in run.glob("eval*.jsonl") if not p.name.endswith(".difficulty.jsonl"))
 
 
 def step_of(path: Path) -> int | None:

@@ -11,8 +11,7 @@ import pytest
 from rlf_deepsearch import plugin
 from rlf_deepsearch.settings import Settings
 
-from rlfcore import SetupContext
-from rlfcore.config import ConfigError
+from rlfcore import ConfigError, SetupContext
 from rlfcore.testing import check_plugin, make_runtime, rollout
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "hotpotqa.yaml"
@@ -81,7 +80,7 @@ def test_rlf_eval_and_train_run_the_example_config(shared_data, tmp_path, monkey
     from rlf_deepsearch.prepare import prepare
 
     from rlfcore.cli import cli
-    from rlfcore.tinymodel import build_tiny
+    from rlfcore.testing import build_tiny
 
     texts = ['<tool_call>{"name": "search", "arguments": {"query": "film"}}</tool_call>', "<answer>yes</answer>"] * 20
     model = build_tiny(texts, tmp_path / "model", vocab_size=300)

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from rlf_deepsearch.cli import cli
 from rlf_deepsearch.prepare import INSTRUCTIONS, PrepareError, prepare, to_row
 
-from rlfcore.data import read_rows
+from rlfcore.testing import read_rows
 
 
 def test_nq_open_rows(shared_data, tmp_path):

@@ -13,10 +13,8 @@ from rlf_deepsearch.formats import INVALID_ACTION
 from rlf_deepsearch.search import RetrievalError
 from rlf_deepsearch.settings import Settings
 
-from rlfcore import ToolResult, TurnContext
-from rlfcore.chat import ByteChatTokenizer
-from rlfcore.loop import continuation
-from rlfcore.testing import make_runtime, rollout
+from rlfcore import ToolResult, TurnContext, continuation
+from rlfcore.testing import ByteChatTokenizer, make_runtime, rollout
 
 STOP = {"sampling": {"stop": ["</search>", "</answer>"]}}
 

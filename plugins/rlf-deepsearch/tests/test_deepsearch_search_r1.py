@@ -24,12 +24,15 @@ trl = pytest.importorskip("trl")
 from rlf_deepsearch.index import BM25Index  # noqa: E402
 from rlf_deepsearch.prepare import to_row  # noqa: E402
 
-from rlfcore.chat import SPECIAL_TOKENS, HFChatTokenizer  # noqa: E402
-from rlfcore.data import normalize_row  # noqa: E402
-from rlfcore.engines.scripted import ScriptedEngine  # noqa: E402
-from rlfcore.loop import Rollout  # noqa: E402
-from rlfcore.rewards import RewardPipeline  # noqa: E402
-from rlfcore.testing import make_runtime  # noqa: E402
+from rlfcore.testing import (  # noqa: E402
+    SPECIAL_TOKENS,
+    HFChatTokenizer,
+    RewardPipeline,
+    Rollout,
+    ScriptedEngine,
+    make_runtime,
+    normalize_row,
+)
 
 TEMPLATES = Path(trl.__file__).parent / "chat_templates"
 PASSAGES = [

@@ -1,6 +1,6 @@
 """Judge throughput against a chat server of fixed latency, as the concurrency limit grows.
 
-A loopback server (tests/qwq_chat_server.py, in its own process) answers every request after a fixed
+A loopback server (rlfcore.testing's OpenAIServer, in its own process) answers every request after a fixed
 delay, like a judge model whose generation always takes that long. For each concurrency limit the
 judge scores distinct samples (cache off) and we report requests per second, the ideal
 (concurrency / latency), and the plugin's overhead per request: the time a concurrency slot spends
@@ -36,7 +36,6 @@ from rlf_judge_qwq.verdict import parse_pointwise
 from rlfcore import Sample
 
 HERE = Path(__file__).resolve().parent
-SERVER = HERE.parent / "tests" / "qwq_chat_server.py"
 VERDICT = "<think>\nThe response gives the product, 42, which matches the reference.\n</think>\n\nVERDICT: 9"
 
 
@@ -51,7 +50,7 @@ def samples(n: int, tag: str) -> list[Sample]:
 
 def start_server(delay_s: float) -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen(
-        [sys.executable, str(SERVER), "--delay-s", str(delay_s), "--verdict", VERDICT],
+        [sys.executable, "-m", "rlfcore.testing.openai_server", "--delay-s", str(delay_s), "--content", VERDICT],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,

@@ -1,6 +1,6 @@
 """``rlf eval`` and ``rlf train`` with ``plugins: [judge-qwq]`` against a judge endpoint on loopback.
 
-The judge is the stand-in chat server of qwq_chat_server.py (vLLM cannot run here); it grades every
+The judge is rlfcore.testing's stand-in chat server (vLLM cannot run here); it grades every
 response 7 of 10, so the judge component of every sample is 0.7. The policy is a tiny local model
 built in the test: the point is that the judge's verdicts reach the rewards and the update.
 """
@@ -12,7 +12,7 @@ import os
 import subprocess
 import sys
 
-from qwq_chat_server import ChatServer
+from rlfcore.testing import OpenAIServer
 
 
 def _rlf(*args: str, cwd) -> subprocess.CompletedProcess:
@@ -25,7 +25,7 @@ def _rlf(*args: str, cwd) -> subprocess.CompletedProcess:
 def test_eval_and_train_with_the_judge(tmp_path):
     rows = [{"id": f"q{i}", "prompt": f"Name a colour number {i}."} for i in range(4)]
     (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    with ChatServer() as judge:
+    with OpenAIServer("<think>\nFine.\n</think>\n\nVERDICT: 7") as judge:
         (tmp_path / "run.yaml").write_text(
             "plugins: [judge-qwq]\n"
             f"judge-qwq: {{endpoints: ['{judge.base_url}'], max_tokens: 64}}\n"

@@ -22,7 +22,7 @@ pytest.importorskip("transformers")
 
 @pytest.fixture(scope="module")
 def tiny_judge(tmp_path_factory):
-    from rlfcore.tinymodel import build_tiny
+    from rlfcore.testing import build_tiny
 
     texts = ["You are a strict grader. VERDICT: 7", "What is 6 x 7? The answer is 42."] * 20
     return build_tiny(texts, tmp_path_factory.mktemp("models") / "judge", vocab_size=320, max_position_embeddings=2048)

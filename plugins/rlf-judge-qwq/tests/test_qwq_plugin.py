@@ -10,20 +10,26 @@ import sys
 from pathlib import Path
 
 import pytest
-from qwq_chat_server import ChatServer
 from rlf_judge_qwq.judge import JUDGE, judge_for
 from rlf_judge_qwq.settings import JudgeSettings
 
-from rlfcore import Stash
-from rlfcore.chat import ByteChatTokenizer
-from rlfcore.config import ConfigError, load_config
-from rlfcore.data import normalize_row
-from rlfcore.engines.scripted import ScriptedEngine
-from rlfcore.loop import Rollout
-from rlfcore.rewards import RewardPipeline
-from rlfcore.testing import check_plugin, make_manager, make_runtime, rollout
+from rlfcore import ConfigError, Stash
+from rlfcore.testing import (
+    ByteChatTokenizer,
+    OpenAIServer,
+    RewardPipeline,
+    Rollout,
+    ScriptedEngine,
+    check_plugin,
+    load_config,
+    make_manager,
+    make_runtime,
+    normalize_row,
+    rollout,
+)
 
 PLUGIN_DIR = Path(__file__).resolve().parents[1]
+SEVEN = "<think>\nFine.\n</think>\n\nVERDICT: 7"
 
 
 def test_plugin_check_passes():
@@ -42,7 +48,7 @@ def test_without_endpoints_the_judge_stays_out():
 
 
 def test_the_run_keeps_one_judge_and_warns_about_a_short_reward_timeout(caplog):
-    with ChatServer() as server:
+    with OpenAIServer(SEVEN) as server:
         raw = {"plugins": ["judge-qwq"], "judge-qwq": {"endpoints": [server.base_url], "timeout_s": 120}}
         config, _ = load_config(raw, manager=make_manager())
         stash = Stash()
@@ -54,7 +60,7 @@ def test_the_run_keeps_one_judge_and_warns_about_a_short_reward_timeout(caplog):
 
 def test_the_judge_lives_in_the_runs_stash_and_shutdown_closes_its_connections():
     """A real loopback chat server answers as the judge; after the run its client's pools are closed."""
-    with ChatServer() as server:
+    with OpenAIServer(SEVEN) as server:
         runtime = make_runtime({"plugins": ["judge-qwq"], "judge-qwq": {"endpoints": [server.base_url]}})
         tok = ByteChatTokenizer()
 

@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("verl", reason="verl is not installed (pip install 'rlfcore[verl]')")
 
-from qwq_chat_server import ChatServer, Reply
+from rlfcore.testing import OpenAIServer
 
 
 def _trace(answer: str) -> dict:
@@ -31,13 +31,14 @@ def _trace(answer: str) -> dict:
 
 
 def test_a_judge_without_endpoints_asks_verls_reward_router(tmp_path):
-    from rlfcore.backends.verl.reward import compute_score
+    # verl calls this function by its file path (reward.custom_reward_function.path): the test calls it as verl does
+    from rlfcore.backends.verl.reward import compute_score  # noqa: TID251
 
     (tmp_path / "run.yaml").write_text(
         "plugins: [judge-qwq]\njudge-qwq: {model: judge, retries: 0, parse_retries: 0, timeout_s: 5}\n"
         "reward: {weights: {judge: 1.0}}\n"
     )
-    with ChatServer(answer=lambda body: Reply("<think>\nok\n</think>\nVERDICT: 8")) as server:
+    with OpenAIServer("<think>\nok\n</think>\nVERDICT: 8") as server:
         address = server.base_url.removeprefix("http://").removesuffix("/v1")
 
         async def score(**router):
@@ -47,13 +48,7 @@ def test_a_judge_without_endpoints_asks_verls_reward_router(tmp_path):
 
         without = asyncio.run(score())
         with_router = asyncio.run(score(reward_router_address=address))
+        with_url = asyncio.run(score(reward_router_address=server.base_url))  # a URL is taken as it is
     assert without == {"score": 0.0, "rlf_error": 0.0}  # no judge to ask: the judge adds nothing
-    assert with_router == {"score": 0.8, "rlf_error": 0.0}
-    assert len(server.requests) == 1 and server.requests[0]["model"] == "judge"
-
-
-def test_router_url():
-    from rlfcore.backends.verl.reward import router_url
-
-    assert router_url("10.0.0.5:8123") == "http://10.0.0.5:8123/v1"
-    assert router_url("https://judge.example/v1") == "https://judge.example/v1"
+    assert with_router == with_url == {"score": 0.8, "rlf_error": 0.0}
+    assert len(server.requests) == 2 and {r["model"] for r in server.requests} == {"judge"}

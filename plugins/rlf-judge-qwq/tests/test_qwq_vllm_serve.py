@@ -101,7 +101,7 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 def test_an_unreadable_verdict_from_a_served_judge_is_a_recorded_error(tmp_path):
-    from rlfcore.tinymodel import build_tiny
+    from rlfcore.testing import build_tiny
 
     # head size 64: vLLM's CPU attention needs 32 or more
     judge = build_tiny(

@@ -31,10 +31,8 @@ from rlf_mcp.servers.calculator import evaluate, format_number
 from rlf_mcp.settings import McpSettings, configured_servers
 from rlf_mcp.toolset import load_tools
 
-from rlfcore.config import ToolsConfig
-from rlfcore.executor import ToolExecutor
-from rlfcore.tools import tool
-from rlfcore.types import Tool, ToolCall
+from rlfcore import Tool, ToolCall, tool
+from rlfcore.testing import ToolExecutor, ToolsConfig
 
 ROOT = Path(__file__).resolve().parents[3]
 CONCURRENCY = (1, 8, 64)

@@ -15,9 +15,8 @@ from rlf_mcp.pool import get_pool
 from rlf_mcp.settings import McpSettings, configured_servers
 from rlf_mcp.toolset import load_tools
 
-from rlfcore.config import ToolsConfig
-from rlfcore.executor import ToolExecutor
-from rlfcore.types import Tool, ToolCall, ToolResult
+from rlfcore import Tool, ToolCall, ToolResult
+from rlfcore.testing import ToolExecutor, ToolsConfig
 
 HERE = Path(__file__).parent
 PROBE = str(HERE / "mcp_probe_server.py")

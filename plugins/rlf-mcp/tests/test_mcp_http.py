@@ -13,9 +13,8 @@ import pytest
 from mcp_testkit import PROBE, call, load, settings
 from rlf_mcp.pool import shutdown
 
-from rlfcore.config import ToolsConfig
-from rlfcore.executor import ToolExecutor
-from rlfcore.types import ToolCall
+from rlfcore import ToolCall
+from rlfcore.testing import ToolExecutor, ToolsConfig
 
 
 def free_port() -> int:

@@ -2,60 +2,39 @@
 
 from __future__ import annotations
 
-import json
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from mcp_testkit import call, load, settings
 from rlf_mcp.pool import shutdown
 from rlf_mcp.servers.model_tool import AskError, Endpoint, ask
 
-
-class StubModel(BaseHTTPRequestHandler):
-    """Answers chat completions with the question upper-cased; a question "fail" gets HTTP 500."""
-
-    seen: list[dict] = []
-
-    def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        StubModel.seen.append({"path": self.path, "auth": self.headers.get("Authorization"), **body})
-        question = body["messages"][-1]["content"]
-        if question == "fail":
-            self.send_response(500)
-            self.end_headers()
-            self.wfile.write(b"model overloaded")
-            return
-        reply = {"choices": [{"message": {"role": "assistant", "content": question.upper()}}]}
-        data = json.dumps(reply).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args: object) -> None:
-        pass
+from rlfcore.testing import OpenAIServer, Reply
 
 
-@pytest.fixture(scope="module")
-def endpoint():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), StubModel)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/v1"
-    server.shutdown()
+def upper_case(body: dict) -> Reply:
+    """A model that answers with the question upper-cased; a question "fail" gets HTTP 500."""
+    question = body["messages"][-1]["content"]
+    return Reply(status=500, raw="model overloaded") if question == "fail" else Reply(question.upper())
 
 
-def test_ask_sends_a_chat_completion_with_system_prompt_and_key(endpoint):
-    StubModel.seen.clear()
+@pytest.fixture
+def model():
+    with OpenAIServer(upper_case) as server:
+        yield server
+
+
+@pytest.fixture
+def endpoint(model):
+    return model.base_url
+
+
+def test_ask_sends_a_chat_completion_with_system_prompt_and_key(model, endpoint):
     answer = ask(Endpoint(base_url=endpoint, model="judge-7b", api_key="k", system="Be brief."), "what is mcp?")
     assert answer == "WHAT IS MCP?"
-    [request] = StubModel.seen
-    assert (
-        request["path"] == "/v1/chat/completions" and request["model"] == "judge-7b" and request["auth"] == "Bearer k"
-    )
-    assert [m["role"] for m in request["messages"]] == ["system", "user"]
+    [request] = model.received
+    assert request.path == "/v1/chat/completions" and request.headers["Authorization"] == "Bearer k"
+    assert request.body["model"] == "judge-7b" and [m["role"] for m in request.body["messages"]] == ["system", "user"]
 
 
 def test_ask_errors_say_what_the_endpoint_did(endpoint):

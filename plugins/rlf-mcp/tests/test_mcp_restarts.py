@@ -25,9 +25,8 @@ from rlf_mcp.connection import ServerDown
 from rlf_mcp.pool import shutdown
 from rlf_mcp.settings import McpSettings
 
-from rlfcore.config import ToolsConfig
-from rlfcore.executor import ToolExecutor
-from rlfcore.types import ToolCall
+from rlfcore import ToolCall
+from rlfcore.testing import ToolExecutor, ToolsConfig
 
 pytestmark = needs_proc
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from rlf_mcp.settings import McpConfigError, McpSettings, configured_servers
 
-from rlfcore.config import ConfigError, load_config
-from rlfcore.testing import make_manager
+from rlfcore import ConfigError
+from rlfcore.testing import load_config, make_manager
 
 
 def servers(section: dict, base: Path = Path("/base")) -> dict:

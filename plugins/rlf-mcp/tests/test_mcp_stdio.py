@@ -16,9 +16,8 @@ from rlf_mcp.pool import get_pool, shutdown
 from rlf_mcp.settings import McpConfigError, configured_servers
 from rlf_mcp.toolset import make_tools
 
-from rlfcore.config import ToolsConfig
-from rlfcore.executor import ToolExecutor
-from rlfcore.types import ToolCall
+from rlfcore import ToolCall
+from rlfcore.testing import ToolExecutor, ToolsConfig
 
 pytestmark = needs_proc
 ENTRY = probe_server(env={"PROBE_TAG": "stdio-test"}, cwd="..")

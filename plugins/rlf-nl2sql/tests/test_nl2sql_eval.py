@@ -1,6 +1,6 @@
 """``rlf eval`` with ``plugins: [nl2sql]`` on GeoQuery, from the example config, with the ``openai`` engine.
 
-The served model is a stand-in: a loopback OpenAI-compatible completions server that plays a fixed
+The served model is a stand-in: rlfcore.testing's loopback OpenAI-compatible server, whose completions play a fixed
 policy (explore with the ``sql`` tool, then answer) and speaks in token ids of a tokenizer built here,
 as vLLM does. So the run goes through the real command, engine, loop, tool, verification and reward,
 and the rewards it reports can be checked exactly.
@@ -13,65 +13,31 @@ import os
 import re
 import subprocess
 import sys
-import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 from rlf_nl2sql.prepare import prepare, read_records, write_jsonl
 
+from rlfcore.testing import OpenAIServer, Reply, Responder
+
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "geoquery.yaml"
 EXPLORE = '<tool_call>\n{"name": "sql", "arguments": {"query": "SELECT COUNT(*) FROM city"}}\n</tool_call>'
 
 
-class PolicyServer:
-    """``POST /v1/completions``: decodes the prompt ids, asks ``policy`` for the text, answers its ids."""
+def policy_model(tokenizer: Any, policy: Callable[[str], str]) -> Responder:
+    """Completions that decode the prompt ids, ask ``policy`` for the text and answer its ids."""
+    eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
 
-    def __init__(self, tokenizer: Any, policy: Callable[[str], str]):
-        self.tokenizer, self.policy = tokenizer, policy
-        self.eos = tokenizer.convert_tokens_to_ids("<|im_end|>")
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+    def respond(body: dict[str, Any]) -> Reply:
+        text = policy(tokenizer.decode(body["prompt"]))
+        return Reply(text, token_ids=tokenizer.encode(text, add_special_tokens=False) + [eos], ids_in="token_ids")
 
-    @property
-    def base_url(self) -> str:
-        host, port = self.httpd.server_address[:2]
-        return f"http://{host}:{port}/v1"
-
-    def __enter__(self) -> PolicyServer:
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args: Any) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                text = server.policy(server.tokenizer.decode(body["prompt"]))
-                ids = server.tokenizer.encode(text, add_special_tokens=False) + [server.eos]
-                answer = {
-                    "choices": [{"index": 0, "text": text, "token_ids": ids, "logprobs": None, "finish_reason": "stop"}]
-                }
-                data = json.dumps(answer).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-
-        return Handler
+    return respond
 
 
 def test_rlf_eval_runs_the_example_config_on_geoquery(shared_data, tmp_path):
-    from rlfcore.tinymodel import build_tokenizer
+    from rlfcore.testing import build_tokenizer
 
     geoquery = shared_data / "nl2sql" / "geoquery"
     rows = prepare(read_records(geoquery / "geoquery.jsonl"), geoquery, where={"question_split": "test"}, limit=3).rows
@@ -86,7 +52,7 @@ def test_rlf_eval_runs_the_example_config_on_geoquery(shared_data, tmp_path):
         return f"```sql\n{answers.get(question, 'SELECT 1')}\n```"
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("RLF_")}
-    with PolicyServer(tokenizer, policy) as server:
+    with OpenAIServer(completions=policy_model(tokenizer, policy)) as server:
         out = subprocess.run(
             [
                 sys.executable,

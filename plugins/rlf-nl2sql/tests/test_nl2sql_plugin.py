@@ -11,9 +11,8 @@ import pytest
 from rlf_nl2sql.shop import build_database, shop_db, shop_sql
 from rlf_nl2sql.verify import Verifier
 
-from rlfcore import hookimpl
+from rlfcore import hookimpl, tool
 from rlfcore.testing import check_plugin, rollout
-from rlfcore.tools import tool
 
 CONFIG = {"plugins": ["nl2sql"]}
 

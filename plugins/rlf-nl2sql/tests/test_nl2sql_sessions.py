@@ -12,11 +12,7 @@ import pytest
 import rlf_nl2sql.plugin
 from rlf_nl2sql.tools import DatabaseSession
 
-from rlfcore.chat import ByteChatTokenizer
-from rlfcore.data import normalize_row
-from rlfcore.engines.scripted import ScriptedEngine
-from rlfcore.loop import Rollout
-from rlfcore.testing import make_runtime, rollout
+from rlfcore.testing import ByteChatTokenizer, Rollout, ScriptedEngine, make_runtime, normalize_row, rollout
 
 TABLES = "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name LIMIT 3"
 
@@ -117,7 +113,7 @@ def test_the_connection_is_closed_when_the_trajectory_fails_or_is_cancelled(data
 def test_the_runs_verifier_lives_in_the_stash_and_shutdown_stops_its_pool(databases):
     from rlf_nl2sql.plugin import VERIFIER
 
-    from rlfcore.rewards import RewardPipeline
+    from rlfcore.testing import RewardPipeline
 
     assert not hasattr(rlf_nl2sql.plugin, "_verifier")  # no cache that outlives the run
     runtime = make_runtime({"plugins": ["nl2sql"], "nl2sql": {"verify_pool": "thread", "verify_workers": 2}})

@@ -15,6 +15,7 @@ import copy
 import functools
 import math
 import random
+import shlex
 import signal
 import statistics
 import time
@@ -217,8 +218,8 @@ class LocalTrainer:
         else:
             note = f"Interrupted during step {self.step + 1}: step {self.step} was saved already, in {last}."
         if self.step:
-            config = self.config.source or "CONFIG"
-            note += f" Resume with: rlf train {config} --run-dir {self.run_dir.path} --resume (it starts at step {self.step + 1})."
+            folder = shlex.quote(str(self.run_dir.path))  # the run folder holds its config: nothing else is needed
+            note += f" Resume with: rlf train --run-dir {folder} --resume (it starts at step {self.step + 1})."
         return Interrupted(signum, note)
 
     def train_step(self) -> dict[str, Any]:

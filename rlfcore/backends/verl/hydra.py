@@ -123,7 +123,7 @@ def refusals(config: RunConfig) -> list[str]:
             f"engine.name ({e.name!r}): verl generates with its own rollout servers (--rollout vllm|sglang); "
             "remove engine.name for the verl backend"
         )
-    for name in ("base_url", "model", "api_key"):
+    for name in ("base_url", "model", "api_key", "api_key_env"):
         if getattr(e, name) is not None:
             out.append(
                 f"engine.{name}: verl generates with its own rollout servers; remove engine.{name} for the verl backend"

@@ -39,7 +39,7 @@ async def tools_page(request: Request) -> HTMLResponse:
         tools=found,
         error=error,
         stats=stats,
-        run=rd.run_info(ui.root, run) if run else None,
+        run=rd.run_info(ui.root, run, ui.samples) if run else None,
     )
 
 

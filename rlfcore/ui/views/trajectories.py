@@ -51,7 +51,7 @@ async def trajectories(request: Request) -> HTMLResponse:
     return ui.page(
         request,
         "trajectories.html",
-        run=rd.run_info(ui.root, run),
+        run=rd.run_info(ui.root, run, ui.samples),
         file=path,
         files=sample_files(run),
         groups=[(row, [(i, entries[i]) for i in members], _spread(entries, members)) for row, members in on_page],
@@ -77,7 +77,7 @@ async def sample(request: Request) -> HTMLResponse:
     return ui.page(
         request,
         "sample.html",
-        run=rd.run_info(ui.root, run),
+        run=rd.run_info(ui.root, run, ui.samples),
         file=path,
         records=records,
         siblings=siblings,
@@ -97,7 +97,7 @@ async def token_view(request: Request) -> HTMLResponse:
     return ui.page(
         request,
         "tokens.html",
-        run=rd.run_info(ui.root, run),
+        run=rd.run_info(ui.root, run, ui.samples),
         file=path,
         i=i,
         record=record,

@@ -1,8 +1,11 @@
 """Helpers for plugin authors' tests (and rlf's own): register a plugin for one test, roll out with a
-scripted policy through the real loop and reward pipeline, and run the conformance check.
+scripted policy through the real loop and reward pipeline, run the conformance check, and serve a
+stand-in model over HTTP (:class:`OpenAIServer`).
 
-No model is involved: :class:`~rlfcore.chat.ByteChatTokenizer` renders the Qwen3-style template and
-:class:`~rlfcore.engines.scripted.ScriptedEngine` plays the assistant's texts.
+No model is involved: :class:`ByteChatTokenizer` renders the Qwen3-style template and
+:class:`ScriptedEngine` plays the assistant's texts. With ``rlfcore`` itself this is all a plugin's
+code, tests and benchmarks import (a lint rule holds them to it): the core's modules behind these
+names may move.
 """
 
 from __future__ import annotations
@@ -12,22 +15,47 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from rlfcore.chat import ByteChatTokenizer
+from rlfcore.chat import SPECIAL_TOKENS, ByteChatTokenizer, HFChatTokenizer
 from rlfcore.config import RunConfig, load_config
 from rlfcore.conformance import CheckReport, check
-from rlfcore.data import normalize_row
+from rlfcore.data import normalize_row, read_rows
 from rlfcore.engines.scripted import Policy, ScriptedEngine
+from rlfcore.executor import ToolExecutor
 from rlfcore.loop import Rollout, Trajectory
 from rlfcore.plugins import PluginManager
 from rlfcore.rewards import RewardPipeline
 from rlfcore.runtime import Runtime
+from rlfcore.schema import ToolsConfig
+from rlfcore.testing.openai_server import OpenAIServer, Reply, Request, Responder, calculator, closed_url, counting
+from rlfcore.tinymodel import build_tiny, build_tokenizer
 
 __all__ = [
+    "SPECIAL_TOKENS",
+    "ByteChatTokenizer",
     "CheckReport",
+    "HFChatTokenizer",
+    "OpenAIServer",
+    "Policy",
+    "Reply",
+    "Request",
+    "Responder",
+    "RewardPipeline",
+    "Rollout",
     "ScriptedEngine",
+    "ToolExecutor",
+    "ToolsConfig",
+    "Trajectory",
+    "build_tiny",
+    "build_tokenizer",
+    "calculator",
     "check_plugin",
+    "closed_url",
+    "counting",
+    "load_config",
     "make_manager",
     "make_runtime",
+    "normalize_row",
+    "read_rows",
     "registered",
     "rollout",
 ]
