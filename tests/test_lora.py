@@ -215,7 +215,7 @@ def test_lora_sft_then_grpo_resumes_as_an_uninterrupted_run(tmp_path):
         assert (tmp_path / "full" / "checkpoints" / name / "model" / "adapter_model.safetensors").is_file(), name
     part = run_rlf("train", "run.yaml", "trainer.steps=2", "--run-dir", "part", cwd=tmp_path)
     assert part.returncode == 0, part.stderr
-    resumed = run_rlf("train", "run.yaml", "--run-dir", "part", "--resume", cwd=tmp_path)
+    resumed = run_rlf("train", "run.yaml", "--run-dir", "part", "--resume", "trainer.steps=4", cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
 
     def metrics(run: str) -> list[dict[str, Any]]:

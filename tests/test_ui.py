@@ -641,3 +641,19 @@ def test_rlf_ui_refuses_a_runs_folder_that_does_not_exist(tmp_path: Path) -> Non
     assert out.exit_code != 0 and f"no such folder: {missing}" in out.output
     bad_port = CliRunner().invoke(cli, ["ui", str(tmp_path), "--port", "70000"])
     assert bad_port.exit_code == 2 and "--port" in bad_port.output
+
+
+def test_an_evals_figures_give_pass_at_k_as_rlf_eval_reports_it(client, ui_world) -> None:
+    """pass@k by counting: the share of k-sample draws of a row holding a sample with reward 1, averaged over rows."""
+    import itertools
+
+    records = [json.loads(line) for line in (ui_world["runs"] / "evaluated" / "eval.jsonl").read_text().splitlines()]
+    rows: dict[str, list[float]] = {}
+    for r in records:
+        rows.setdefault(r["row_id"], []).append(r["reward"])
+    n = min(len(v) for v in rows.values())
+    part = client.get("/eval-summary?run=evaluated").text
+    for k in (1, 2, n):
+        draws = [[any(x >= 1.0 for x in pick) for pick in itertools.combinations(v, k)] for v in rows.values()]
+        expected = sum(sum(d) / len(d) for d in draws) / len(draws)
+        assert f'<th>pass@{k}</th><td class="pass-at-k">{expected:.3f}</td>' in part, part

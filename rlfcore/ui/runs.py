@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlfcore.evaluation import k_values, pass_at_k
 from rlfcore.rundata.files import read_json
 from rlfcore.rundata.metrics import LOCAL_FILE, VERL_EARLIER_FILE, VERL_FILE, has_metrics, read_metrics_tail
 from rlfcore.ui.samples import SampleFiles, SampleIndex, eval_outputs
@@ -165,6 +166,20 @@ def eval_summary(index: SampleIndex) -> dict[str, Any]:
         "stop_reasons": dict(sorted(stops.items(), key=lambda kv: -kv[1])),
         "reward_errors": sum(1 for e in entries if e.reward_error),
         "template_mismatches": sum(1 for e in entries if e.mismatch),
+        "pass_at_k": _pass_at_k(index),
+    }
+
+
+def _pass_at_k(index: SampleIndex, solved_at: float = 1.0) -> dict[int, float]:
+    """pass@k as ``rlf eval`` reports it (a sample solves its row at reward ``solved_at``, its default),
+    over the rows whose samples are all written; empty with one sample a row."""
+    rows = [[index.entries[i].reward or 0.0 for i in group] for group in index.groups.values()]
+    n = min((len(r) for r in rows), default=0)
+    if n < 2:
+        return {}
+    return {
+        k: statistics.fmean(pass_at_k(len(r), sum(1 for x in r if x >= solved_at), k) for r in rows)
+        for k in k_values(n)
     }
 
 

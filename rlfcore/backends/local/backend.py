@@ -51,12 +51,12 @@ class LocalBackend(Backend):
 
         from rlfcore.backends.local.resume import check_resume_config
         from rlfcore.backends.local.run import check_model, check_run_dir
-        from rlfcore.data import read_rows
+        from rlfcore.data import read_rows, training_rows
 
         config = job.config
         if not config.data.train:
             raise ValueError("the config names no training data: set data.train")
-        rows = read_rows(config.path(config.data.train))
+        rows = training_rows(read_rows(config.path(config.data.train)), config)
         check_model(config, config.base_dir)
         check_run_dir(job.request.run_dir, job.request.resume)
         if job.request.resume:

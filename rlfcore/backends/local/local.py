@@ -31,7 +31,7 @@ from rlfcore.backends.local import grpo, lora
 from rlfcore.backends.local.checkpoint import load_error
 from rlfcore.backends.local.rundir import RunDir, rng_state, set_rng_state
 from rlfcore.chat import HFChatTokenizer
-from rlfcore.data import Row, training_rows
+from rlfcore.data import Row
 from rlfcore.diagnostics import Advisor, trajectory_warnings
 from rlfcore.engines.transformers import TransformersEngine
 from rlfcore.failures import check_not_all_failed
@@ -88,7 +88,7 @@ class LocalTrainer:
         self.model = model
         self.hf_tokenizer = hf_tokenizer
         self.tok = HFChatTokenizer(hf_tokenizer, self.config.model.chat_template_kwargs)
-        self.rows = training_rows(rows, self.config)  # less those data.difficulty drops
+        self.rows = rows
         self.run_dir = run_dir
         self.device = next(model.parameters()).device
         self.engine = TransformersEngine(

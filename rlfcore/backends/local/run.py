@@ -14,7 +14,7 @@ from rlfcore.backends.local.lock import RunDirError, RunLock
 from rlfcore.backends.local.model import ensure_model, resolve, start_policy, tool_schemas
 from rlfcore.backends.local.resume import check_resume_config, describe
 from rlfcore.backends.local.rundir import RunDir
-from rlfcore.data import read_rows
+from rlfcore.data import read_rows, training_rows
 from rlfcore.diagnostics import Advisor, config_warnings
 from rlfcore.engines.chat import refuse_chat_engine
 from rlfcore.paths import resolve_path
@@ -102,7 +102,7 @@ def train(
     base = config.base_dir
     if not config.data.train:
         raise ValueError("the config names no training data: set data.train")
-    rows = read_rows(resolve_path(config.data.train, base))
+    rows = training_rows(read_rows(resolve_path(config.data.train, base)), config)  # less data.difficulty's drops
     check_model(config, base)
     if resume_from is not None and not (resume_from / "trainer.pt").is_file():
         raise RunDirError(

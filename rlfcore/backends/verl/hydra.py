@@ -98,6 +98,11 @@ def refusals(config: RunConfig) -> list[str]:
         )
     if t.device == "cpu":
         out.append("trainer.device: verl places the model on the GPUs it is given (--gpus); remove trainer.device=cpu")
+    if t.resample_zero_variance:
+        out.append(
+            "trainer.resample_zero_variance: the local trainer's dynamic sampling; verl has its own "
+            "(algorithm.filter_groups in its DAPO recipe): set trainer.resample_zero_variance=0 for the verl backend"
+        )
     if t.lora is not None and t.lora.dropout:
         out.append("trainer.lora.dropout: verl's LoRA has no dropout setting; set trainer.lora.dropout=0")
     if t.micro_batch_tokens is not None and t.micro_batch_tokens < r.max_total_tokens:

@@ -81,7 +81,7 @@ def prepare(
     require_verl()
     from rlfcore.backends.verl.convert import write_parquet
     from rlfcore.config import load_config
-    from rlfcore.data import read_rows
+    from rlfcore.data import read_rows, training_rows
     from rlfcore.runtime import Runtime
 
     config, manager = load_config(config_path, overrides)
@@ -89,7 +89,8 @@ def prepare(
     if not config.data.train:
         raise ValueError("the config names no training data: set data.train")
     out = Path(run_dir) / "verl"
-    train_file = write_parquet(read_rows(config.path(config.data.train)), out / "train.parquet", runtime)
+    rows = training_rows(read_rows(config.path(config.data.train)), config)  # less data.difficulty's drops
+    train_file = write_parquet(rows, out / "train.parquet", runtime)
     val_file = None
     if config.data.eval:
         val_file = write_parquet(read_rows(config.path(config.data.eval)), out / "val.parquet", runtime)
