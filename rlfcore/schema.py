@@ -22,6 +22,14 @@ from rlfcore.paths import config_dir, config_path, source_header
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
+    def changed(self) -> set[str]:
+        """The fields given a value other than their default: the user's choices. Fields *set* cannot tell
+        them apart once a run resumes, since its recorded ``config.yaml`` names every field."""
+        fields = type(self).model_fields
+        return {
+            k for k in self.model_fields_set if getattr(self, k) != fields[k].get_default(call_default_factory=True)
+        }
+
 
 class ModelInit(_Section):
     texts: list[str] = Field(
@@ -45,7 +53,7 @@ class ModelInit(_Section):
 
     @model_validator(mode="after")
     def _one_tokenizer(self) -> ModelInit:
-        trained = sorted({"texts", "vocab_size", "template"} & self.model_fields_set)
+        trained = sorted({"texts", "vocab_size", "template"} & self.changed())
         if self.tokenizer is not None and trained:
             raise ValueError(
                 f"{', '.join(trained)} {'is' if len(trained) == 1 else 'are'} for a tokenizer trained here, but "

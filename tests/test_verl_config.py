@@ -182,6 +182,31 @@ def test_settings_without_a_verl_default_map(tmp_path):
     assert (rollout.prompt_length, rollout.response_length) == (6143, 6143)  # max_total_tokens caps the response
 
 
+def test_a_resume_translates_the_recorded_config_as_the_first_run(tmp_path):
+    """``--resume`` reads the run's ``config.yaml``, which names every field with its default: none of them
+    counts as the user's (CI's e2e once refused the default ``rollout.concurrency`` there), and the model
+    and the experiment are the original file's."""
+    from rlfcore.backends.verl.launch import prepare
+    from rlfcore.config import load_config
+
+    config = _run(tmp_path)
+    config.write_text(config.read_text().replace("Qwen/Qwen3-4B", "model") + "engine: {max_batch_size: 48}\n")
+    (tmp_path / "model").mkdir()
+    first = prepare(config, ["rollout.max_turns=6"], [], tmp_path / "run")
+    loaded, _ = load_config(config, ["rollout.max_turns=6"])
+    loaded.save(tmp_path / "run" / "config.yaml")
+    again = prepare(tmp_path / "run" / "config.yaml", [], [], tmp_path / "run", resume=True)
+    record = str((tmp_path / "run" / "config.yaml").resolve())  # the agent loop and the reward read the record,
+    kwargs = again.config.reward.custom_reward_function.reward_kwargs  # which holds the overrides already
+    assert again.config.rlf.config == kwargs.rlf_config == record and list(kwargs.rlf_overrides) == []
+    kwargs.rlf_config, kwargs.rlf_overrides = first.config.rlf.config, first.config.rlf.overrides
+    differ = {k: (v, again.config.get(k)) for k, v in first.config.items() if k != "rlf" and again.config.get(k) != v}
+    assert set(differ) == {"trainer"} and again.config.trainer.resume_mode == "auto", differ
+    assert again.config.actor_rollout_ref.model.path == str((tmp_path / "model").resolve())
+    assert again.config.trainer.experiment_name == "run" and again.config.actor_rollout_ref.rollout.max_num_seqs == 48
+    assert again.notices == first.notices
+
+
 def test_examples_translate_unchanged(tmp_path):
     """Every example config runs with --backend verl as it is; what verl does not use is named."""
     from rlfcore.backends.verl.launch import prepare

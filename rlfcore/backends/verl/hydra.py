@@ -64,19 +64,15 @@ def hydra_value(value: Any) -> str:
     return f"'{text}'"
 
 
-def _model_path(config: RunConfig, config_path: Path) -> str:
+def _model_path(config: RunConfig) -> str:
     if not config.model.path:
         raise TranslationError("model.path: the verl backend needs a model folder (or hub name) to train")
     path = Path(config.model.path).expanduser()
-    if not path.is_absolute() and (config_path.parent / path).exists():
-        path = config_path.parent / path
+    if not path.is_absolute() and (config.base_dir / path).exists():
+        path = config.base_dir / path
     elif not path.is_absolute() and config.model.init is not None:
-        path = config_path.parent / path  # built there by model.init before verl starts
+        path = config.base_dir / path  # built there by model.init before verl starts
     return str(path.resolve()) if path.exists() or config.model.init is not None else config.model.path
-
-
-def _set(section: Any) -> set[str]:
-    return set(section.model_fields_set)
 
 
 def refusals(config: RunConfig) -> list[str]:
@@ -118,7 +114,7 @@ def refusals(config: RunConfig) -> list[str]:
         out.append(
             "rollout.sampling.seed: verl seeds its rollout servers from `seed` (actor_rollout_ref.rollout.seed); remove rollout.sampling.seed"
         )
-    if "concurrency" in _set(r):
+    if "concurrency" in r.changed():
         out.append(
             "rollout.concurrency: verl runs a step's samples all at once across its agent-loop workers; remove it "
             "(raw override actor_rollout_ref.rollout.agent.num_workers=N sets the workers)"
@@ -157,7 +153,7 @@ def notices(config: RunConfig) -> list[str]:
     return [
         f"{key}: not used by verl ({why})"
         for key, why in LOCAL_ONLY.items()
-        if key.split(".")[1] in _set(config.engine)
+        if key.split(".")[1] in config.engine.changed()
     ]
 
 
@@ -227,7 +223,7 @@ def verl_overrides(
         "data.filter_overlong_prompts": False,
         "data.truncation": "error",
         "data.seed": config.seed,
-        "actor_rollout_ref.model.path": str(model_path) if model_path else _model_path(config, config_path),
+        "actor_rollout_ref.model.path": str(model_path) if model_path else _model_path(config),
         f"{actor}.ppo_mini_batch_size": t.prompts_per_step,
         f"{actor}.ppo_micro_batch_size_per_gpu": micro,
         f"{actor}.ppo_epochs": t.epochs_per_step,
@@ -275,7 +271,7 @@ def verl_overrides(
         "trainer.val_before_train": False,
         "trainer.logger": ["console", *t.loggers],
         "trainer.project_name": t.project,
-        "trainer.experiment_name": config_path.stem,
+        "trainer.experiment_name": (config.source or config_path).stem,  # a resume reads the run's copy
         "trainer.n_gpus_per_node": cluster.gpus_per_node,
         "trainer.nnodes": cluster.nodes,
     }
@@ -291,7 +287,7 @@ def verl_overrides(
     if t.micro_batch_tokens is not None:
         out[f"{actor}.use_dynamic_bsz"] = True
         out[f"{actor}.ppo_max_token_len_per_gpu"] = t.micro_batch_tokens
-    if "max_batch_size" in _set(config.engine):
+    if "max_batch_size" in config.engine.changed():
         out[f"{rollout}.max_num_seqs"] = config.engine.max_batch_size
     if run_dir is not None:
         run = Path(run_dir).resolve()
