@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import pluggy
 
 if TYPE_CHECKING:
+    import click
     from pydantic import BaseModel
 
     from rlfcore.chat import ChatTokenizer
@@ -123,6 +124,18 @@ def register_examples(ctx: SetupContext) -> list[Example] | None:
 
     ``rlf plugins check`` runs them through the real loop with a scripted policy (no model) to show the
     plugin's tools and rewards work end to end. Collect-all; may not be async.
+    """
+
+
+@spec(may_be_async=False)
+def register_commands() -> dict[str, click.Command] | None:
+    """Return command-line commands by name: ``{"nl2sql": group}`` adds ``rlf nl2sql ...``.
+
+    Called once per installed plugin (an ``rlf`` entry point; local plugins have no command line)
+    when ``rlf`` needs its plugins' commands: for ``rlf --help`` and for a name that is not a core
+    command, never for a core command's run. Each value is a click command or group. A name taken by
+    a core command or by an earlier plugin is refused with a warning; a plugin whose hook raises adds
+    none and ``rlf`` goes on without it (``rlf plugins list`` shows why). Collect-all; may not be async.
     """
 
 

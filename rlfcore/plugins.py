@@ -69,6 +69,9 @@ class PluginInfo:
     hooks: list[str] = field(default_factory=list)
     tools: list[str] = field(default_factory=list)
     parsers: list[str] = field(default_factory=list)
+    commands: list[str] = field(default_factory=list)
+    command_errors: list[str] = field(default_factory=list)
+    """Why commands of ``register_commands`` were left out of ``rlf``; the plugin itself still runs."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -80,6 +83,8 @@ class PluginInfo:
             "hooks": self.hooks,
             "tools": self.tools,
             "parsers": self.parsers,
+            "commands": self.commands,
+            "command_errors": self.command_errors,
             "enabled": self.enabled,
             "error": self.error,
         }
@@ -113,9 +118,12 @@ class PluginManager:
 
     # --- discovery -------------------------------------------------------------------------------
 
-    def discover(self) -> None:
-        """Register the built-ins and find installed plugins (without importing them)."""
-        for name, module in BUILTINS.items():
+    def discover(self, *, builtins: bool = True) -> None:
+        """Register the built-ins and find installed plugins (without importing them).
+
+        ``builtins=False`` finds only the installed plugins: ``rlf``'s start-up, which asks them for
+        commands, then skips importing the core's executor, parsers and engines."""
+        for name, module in BUILTINS.items() if builtins else ():
             self._add(PluginInfo(name=name, source="builtin", target=module, enabled=True))
             self.load(name)
         if os.environ.get(ENV_DISABLE_AUTOLOAD):

@@ -1,9 +1,15 @@
-"""The ``rlf`` command. Each command group lives in its own module; heavy imports stay inside commands."""
+"""The ``rlf`` command. Each command group lives in its own module; heavy imports stay inside commands.
+
+Installed plugins add commands of their own (``register_commands``): ``rlf deepsearch prepare ...``.
+They are asked only when a name is not a core command or the list is shown (``rlf --help``), so a core
+command's run imports no plugin, and a plugin that fails leaves ``rlf`` whole: a warning names it.
+"""
 
 from __future__ import annotations
 
 import sys
 import traceback
+from typing import Any
 
 import click
 
@@ -16,8 +22,66 @@ from rlfcore.cli.train import init_model, rescore, sft, train
 from rlfcore.cli.ui import ui
 from rlfcore.signals import handled, interruption
 
+PLUGIN_COMMANDS = "rlf.plugin_commands"
+"""Key of the installed plugins' commands in the root context's ``meta``: gathered once a run."""
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+
+class RlfGroup(click.Group):
+    """The core commands, then the installed plugins' (asked for only when a name is not a core one)."""
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        return self.commands.get(cmd_name) or plugin_commands(ctx).get(cmd_name)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [*sorted(self.commands), *sorted(plugin_commands(ctx))]
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The help's command list, the plugins' apart: which commands come with rlf, which were added."""
+        sections = [("Commands", dict(self.commands)), ("Plugin commands", plugin_commands(ctx))]
+        width = max((len(name) for _, found in sections for name in found), default=0)
+        for title, found in sections:
+            rows = [
+                (name, command.get_short_help_str(formatter.width - 6 - width))
+                for name, command in sorted(found.items())
+                if not command.hidden
+            ]
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)
+
+
+def plugin_commands(ctx: click.Context) -> dict[str, click.Command]:
+    """The commands the installed plugins add, found once per ``rlf`` run; each problem is a warning."""
+    meta: dict[str, Any] = ctx.find_root().meta
+    if PLUGIN_COMMANDS not in meta:
+        meta[PLUGIN_COMMANDS] = _gather_plugin_commands()
+    found: dict[str, click.Command] = meta[PLUGIN_COMMANDS]
+    return found
+
+
+def _gather_plugin_commands() -> dict[str, click.Command]:
+    from rlfcore.catalog import gather_commands
+    from rlfcore.plugins import PluginError, PluginManager
+
+    manager = PluginManager()
+    try:
+        manager.discover(builtins=False)
+    except PluginError as exc:  # two plugins of one name: neither is trusted with a command
+        _warn(str(exc))
+        return {}
+    manager.load_all()
+    found = gather_commands(manager, cli.commands)
+    for info in manager.infos.values():
+        for problem in [info.error] if info.error else info.command_errors:
+            _warn(problem)
+    return found
+
+
+def _warn(problem: str) -> None:
+    click.secho(f"warning: {problem} (`rlf plugins list` shows each plugin's state)", fg="yellow", err=True)
+
+
+@click.group(cls=RlfGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "--version", prog_name="rlf")
 @click.option("--debug", is_flag=True, help="Show full tracebacks of plugin and config errors, and of failing tools.")
 @click.pass_context

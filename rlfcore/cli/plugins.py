@@ -20,8 +20,8 @@ def plugins() -> None:
     "-c", "--config", "config_path", type=click.Path(dir_okay=False), help="Mark the plugins this config enables."
 )
 def list_plugins(as_json: bool, show_all: bool, config_path: str | None) -> None:
-    """Show installed plugins: version, source, hooks, tools, parsers, and errors of broken ones."""
-    from rlfcore.catalog import describe
+    """Show installed plugins: version, source, hooks, tools, parsers, commands, and errors of broken ones."""
+    from rlfcore.catalog import describe, gather_commands
     from rlfcore.config import load_config
     from rlfcore.plugins import PluginError, PluginManager
 
@@ -34,6 +34,8 @@ def list_plugins(as_json: bool, show_all: bool, config_path: str | None) -> None
         except PluginError as exc:  # still list everything; the broken plugin shows its error
             click.secho(f"error: {exc}", fg="red", err=True)
     infos = [i for i in describe(manager, config) if show_all or i.source != "builtin"]
+    root = click.get_current_context().find_root().command  # `rlf`, whose core names plugins may not take
+    gather_commands(manager, getattr(root, "commands", {}))  # what `rlf --help` adds, and why any is left out
     if as_json:
         click.echo(json.dumps([i.as_dict() for i in infos], indent=2))
         return
@@ -54,6 +56,10 @@ def list_plugins(as_json: bool, show_all: bool, config_path: str | None) -> None
             click.echo(f"  tools: {', '.join(i.tools)}")
         if i.parsers:
             click.echo(f"  parsers: {', '.join(i.parsers)}")
+        if i.commands:
+            click.echo(f"  commands: {', '.join(f'rlf {c}' for c in i.commands)}")
+        for problem in i.command_errors:
+            click.secho(f"  command error: {problem}", fg="red")
 
 
 @plugins.command("check")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
@@ -32,6 +32,9 @@ from rlfcore import (
     Verification,
     hookimpl,
 )
+
+if TYPE_CHECKING:
+    import click
 
 NAME = "code"
 POOL = StashKey[Pool]("code sandbox pool")
@@ -61,6 +64,14 @@ def pool_for(settings: Settings, ctx: TurnContext | ScoreContext) -> Pool:
 @hookimpl
 def register_config_schema() -> type[BaseModel]:
     return Settings
+
+
+@hookimpl
+def register_commands() -> dict[str, click.Command]:
+    """``rlf code ...``: prepare code and maths datasets (the ``rlf-code`` script's group)."""
+    from rlf_code.cli import cli
+
+    return {"code": cli}
 
 
 @hookimpl

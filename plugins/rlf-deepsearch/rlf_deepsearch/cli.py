@@ -1,4 +1,5 @@
-"""``rlf-deepsearch``: serve an index over HTTP, build an index ahead of a run, prepare QA datasets."""
+"""``rlf deepsearch`` (also the ``rlf-deepsearch`` script): serve an index over HTTP, build an index ahead
+of a run, prepare QA datasets."""
 
 from __future__ import annotations
 

@@ -37,12 +37,20 @@ from rlfcore import (
 )
 
 if TYPE_CHECKING:
-    pass
+    import click
 
 
 @hookimpl
 def register_config_schema() -> type[BaseModel]:
     return Settings
+
+
+@hookimpl
+def register_commands() -> dict[str, click.Command]:
+    """``rlf deepsearch ...``: serve or build an index, prepare QA datasets (the ``rlf-deepsearch`` script's group)."""
+    from rlf_deepsearch.cli import cli
+
+    return {"deepsearch": cli}
 
 
 SEARCHER = StashKey["RunSearcher"]("deepsearch searcher")

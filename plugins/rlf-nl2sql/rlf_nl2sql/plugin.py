@@ -8,7 +8,7 @@ Each dataset row names its database in ``extra.db`` (relative to ``nl2sql.db_roo
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
@@ -29,6 +29,9 @@ from rlfcore import (
     hookimpl,
 )
 
+if TYPE_CHECKING:
+    import click
+
 NAME = "nl2sql"
 """The entry-point name, which is also the config section's."""
 INFRASTRUCTURE_STAGES = ("gold", "database")
@@ -40,6 +43,14 @@ VERIFIER = StashKey[Verifier]("nl2sql verifier")
 @hookimpl
 def register_config_schema() -> type[BaseModel]:
     return Settings
+
+
+@hookimpl
+def register_commands() -> dict[str, click.Command]:
+    """``rlf nl2sql ...``: prepare NL2SQL datasets, write the shop demo (the ``rlf-nl2sql`` script's group)."""
+    from rlf_nl2sql.cli import cli
+
+    return {"nl2sql": cli}
 
 
 @hookimpl
