@@ -1,7 +1,7 @@
-"""The distributions as users get them: wheels of the core and the four plugins, installed in a fresh venv.
+"""The distributions as users get them: wheels of the core and the five plugins, installed in a fresh venv.
 
 The fast tests read the repository (what is committed, what each ``pyproject.toml`` declares); the slow
-one builds the five wheels from clean copies of their sources, installs each plugin with plain ``pip``
+one builds the six wheels from clean copies of their sources, installs each plugin with plain ``pip``
 into a new venv (no system site-packages, nothing editable, dependencies from the package index) and
 runs ``rlf plugins list`` and ``rlf plugins check`` there, outside the checkout.
 """
@@ -25,7 +25,13 @@ from conftest import ROOT
 
 tomllib = pytest.importorskip("tomllib")
 
-PLUGINS = {"nl2sql": "rlf-nl2sql", "mcp": "rlf-mcp", "deepsearch": "rlf-deepsearch", "judge-qwq": "rlf-judge-qwq"}
+PLUGINS = {
+    "nl2sql": "rlf-nl2sql",
+    "mcp": "rlf-mcp",
+    "deepsearch": "rlf-deepsearch",
+    "judge-qwq": "rlf-judge-qwq",
+    "code": "rlf-code",
+}
 """Entry-point name -> distribution of every plugin shipped in ``plugins/``."""
 
 PROJECTS = {"rlfcore": ROOT, **{dist: ROOT / "plugins" / dist for dist in PLUGINS.values()}}
@@ -138,7 +144,7 @@ def _copy_source(dist: str, into: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def wheels(tmp_path_factory) -> Path:
-    """The five wheels, built as ``pip wheel --no-deps`` builds them for an upload."""
+    """The six wheels, built as ``pip wheel --no-deps`` builds them for an upload."""
     src = tmp_path_factory.mktemp("src")
     dist_dir = tmp_path_factory.mktemp("dist")
     sources = [str(_copy_source(dist, src)) for dist in PROJECTS]
@@ -240,7 +246,7 @@ def test_each_plugin_installs_from_wheels_into_a_fresh_venv(wheels, tmp_path):
     )
     assert others.returncode == 0, others.stderr
 
-    state = installed("rlfcore", "rlf_nl2sql", "rlf_mcp", "rlf_deepsearch", "rlf_judge_qwq")
+    state = installed("rlfcore", *(d.replace("-", "_") for d in PLUGINS.values()))
     dists = state["dists"]
     assert set(PROJECTS) <= set(dists)
     assert not [n for n, editable in dists.items() if editable], "an editable install"
@@ -269,7 +275,7 @@ def test_each_plugin_installs_from_wheels_into_a_fresh_venv(wheels, tmp_path):
         results = dict(zip(PLUGINS, pool.map(check, PLUGINS)))
     failed = {name: r.stdout + r.stderr for name, r in results.items() if r.returncode != 0}
     assert not failed, failed
-    for script in ("rlf-nl2sql", "rlf-deepsearch"):
+    for script in ("rlf-nl2sql", "rlf-deepsearch", "rlf-code"):
         helped = subprocess.run(
             [str(env_dir / "bin" / script), "--help"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60
         )

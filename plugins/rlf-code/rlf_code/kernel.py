@@ -36,6 +36,8 @@ LIMITS = {
     "open_files": resource.RLIMIT_NOFILE,
     "processes": resource.RLIMIT_NPROC,
 }
+CUT = "[... {} more bytes cut]"
+UTF8_TAIL_MASK, UTF8_TAIL = 0xC0, 0x80  # a UTF-8 continuation byte is 0b10xxxxxx
 libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -159,7 +161,7 @@ def wait_for_child(req: int, resp: int, reap: bool = False) -> None:
 
 class Capture:
     """A call's stdout or stderr: an unlinked file on ``fd`` (subprocesses write there too), read back
-    up to ``limit`` bytes after each call."""
+    up to ``limit`` bytes after each call (one more, to see whether the cut splits a character)."""
 
     def __init__(self, fd: int, limit: int):
         self.fd, self.limit = fd, limit
@@ -171,18 +173,54 @@ class Capture:
         os.ftruncate(self.fd, 0)
         os.lseek(self.fd, 0, os.SEEK_SET)
 
-    def read(self) -> tuple[str, int]:
-        size = os.fstat(self.fd).st_size
-        text = os.pread(self.fd, self.limit, 0).decode("utf-8", "replace")
-        return text, size
+    def read(self) -> tuple[bytes, int]:
+        data = os.pread(self.fd, self.limit + 1, 0)
+        return data, max(len(data), os.fstat(self.fd).st_size)  # a child still writing may change it
+
+
+def clip(data: bytes, size: int, limit: int, room: int, tail: bool = False) -> str:
+    """A field of ``size`` bytes (``data`` is all of it or, when it is longer, at least its first, or
+    ``tail`` last, ``limit`` + 1 bytes) as text: its first (``tail``: last) ``limit`` bytes at most, fewer where their JSON string would take
+    more than ``room`` bytes (an escape takes up to 6 bytes a byte), and the marker where bytes are cut.
+    A cut falls between characters."""
+
+    def kept(n: int) -> bytes:
+        if tail:
+            start = len(data) - n
+            while start < len(data) and data[start] & UTF8_TAIL_MASK == UTF8_TAIL:
+                start += 1
+            return data[start:]
+        while 0 < n < len(data) and data[n] & UTF8_TAIL_MASK == UTF8_TAIL:
+            n -= 1
+        return data[:n]
+
+    def shown(n: int) -> str:
+        part = kept(n)
+        text = part.decode("utf-8", "replace")
+        if len(part) == size:
+            return text
+        mark = CUT.format(size - len(part))
+        return f"{mark}\n{text}" if tail else f"{text}\n{mark}"
+
+    def fits(n: int) -> bool:
+        return len(json.dumps(shown(n))) <= room
+
+    low, high = 0, min(len(data), limit)
+    if fits(high):
+        return shown(high)
+    while low < high:  # the longest cut that fits; the marker alone always does
+        mid = (low + high + 1) // 2
+        low, high = (mid, high) if fits(mid) else (low, mid - 1)
+    return shown(low)
 
 
 class Kernel:
     """One interpreter state, kept across calls: a notebook kernel."""
 
-    def __init__(self, max_output: int):
+    def __init__(self, max_output: int, max_message: int):
         self.namespace: dict[str, Any] = {"__name__": "__main__", "__builtins__": __builtins__}
         self.max_output = max_output
+        self.room = (max_message - 256) // 4  # each of the four fields' share of a frame; keys and nulls take < 256
         self.cells = 0
         self.pid = os.getpid()
         devnull = os.open(os.devnull, os.O_RDONLY)
@@ -212,15 +250,26 @@ class Kernel:
                 stream.flush()
             except (OSError, ValueError):
                 pass
-        (stdout, out_size), (stderr, err_size) = self.out.read(), self.err.read()
+        limit, room = self.max_output, self.room
         return {
-            "stdout": stdout,
-            "stdout_bytes": out_size,
-            "stderr": stderr,
-            "stderr_bytes": err_size,
-            "result": result if result is None else result[: self.max_output],
-            "error": error if error is None else error[-self.max_output :],
+            "stdout": clip(*self.out.read(), limit, room),
+            "stderr": clip(*self.err.read(), limit, room),
+            "result": None if result is None else self.clip_text(result, tail=False),
+            "error": None if error is None else self.clip_text(error, tail=True),  # a traceback ends with the error
         }
+
+    def clip_text(self, text: str, tail: bool) -> str:
+        """:func:`clip` for a string, which may be huge (a repr): only the part that may be kept is encoded."""
+
+        def encode(part: str) -> bytes:
+            return part.encode("utf-8", "backslashreplace")
+
+        chunk = 1 << 20
+        size = (
+            len(text) if text.isascii() else sum(len(encode(text[i : i + chunk])) for i in range(0, len(text), chunk))
+        )
+        keep = self.max_output + 1
+        return clip(encode(text[-keep:] if tail else text[:keep]), size, self.max_output, self.room, tail)
 
     def python(self, code: str) -> str | None:
         """Run a cell; the value of a last bare expression is its result, as in a notebook."""
@@ -253,7 +302,7 @@ def main() -> None:
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past RLIMIT_FSIZE fails instead of killing
     try:
         confine(spec, req, resp)
-        kernel = Kernel(spec["max_output_bytes"])
+        kernel = Kernel(spec["max_output_bytes"], spec["max_message_bytes"])
     except Exception as exc:
         send(resp, {"fatal": f"{type(exc).__name__}: {exc}"})
         raise SystemExit(1) from None

@@ -20,11 +20,13 @@ PROBE = (
 
 @dataclass(frozen=True)
 class Layers:
-    """The confinement a sandbox gets. Always: its own session and process group, rlimits, a private
-    working directory, a scrubbed environment, a wall-clock limit per call that kills it all, output cut."""
+    """The confinement a sandbox gets. Always: its own session and process group, rlimits on CPU,
+    memory, file size and open files, a working directory of its own, a scrubbed environment, a
+    wall-clock limit per call that kills its process group, output cut."""
 
     own_uid: bool
-    """Runs as a uid of its own (root only): NPROC binds, file permissions bind, no signals to others."""
+    """Runs as a uid of its own (root only): NPROC binds, file permissions bind, no signals to others,
+    and a kill reaches the children that left its process group (``setsid``)."""
     namespaces: bool
     """New mount, pid and network namespaces: private tmpfs /tmp, /var/tmp, /dev/shm; its own /proc;
     pid 1 of its own, so nothing outlives it; no network but a loopback of its own that is down."""
@@ -32,10 +34,10 @@ class Layers:
     """cgroup v1 memory and pids limits over all its processes together."""
 
     def describe(self, network: bool) -> str:
-        active = ["process group", "rlimits", "private workdir", "scrubbed environment", "call timeout"]
+        active = ["process group", "rlimits", "own workdir", "scrubbed environment", "call timeout"]
         missing: list[str] = []
         for on, name in (
-            (self.own_uid, "own uid"),
+            (self.own_uid, "own uid (process limit, kill of setsid children)"),
             (self.namespaces, "mount+pid namespaces"),
             (self.namespaces and not network, "no network"),
             (self.cgroups, "cgroups (memory, pids)"),

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
@@ -80,7 +79,7 @@ def register_tools(ctx: SetupContext) -> list[Tool]:
 
 
 @hookimpl
-def open_session(row: Mapping[str, Any], ctx: TurnContext) -> Session:
+def open_session(ctx: TurnContext) -> Session:
     """The trajectory's interpreter; it is taken from the pool on the first call and killed when the trajectory ends."""
     return Session(pool_for(ctx.settings_as(Settings), ctx))
 
@@ -99,7 +98,7 @@ async def verify_tool(sample: Sample, ctx: ScoreContext) -> Verification | None:
 
 
 @hookimpl
-def compute_score(sample: Sample, verification: Verification | None) -> Score | None:
+def compute_score(verification: Verification | None) -> Score | None:
     """Tests: ``all_pass`` trains, ``pass_fraction`` is logged (weight it with ``reward.weights``).
     Answers: ``correct``. A bad ground truth is a reward error, not a wrong answer."""
     if verification is None:
@@ -114,7 +113,7 @@ def compute_score(sample: Sample, verification: Verification | None) -> Score | 
 
 
 @hookimpl
-def register_examples(ctx: SetupContext) -> list[Example]:
+def register_examples() -> list[Example]:
     """A trajectory that computes with the tool, then answers with tests that pass, and one whose tests fail."""
     tests = {"kind": "tests", "entry_point": "add", "tests": ["assert candidate(2, 3) == 5", "assert add(0, 0) == 0"]}
     call = '<tool_call>{"name": "python", "arguments": {"code": "2 + 3"}}</tool_call>'

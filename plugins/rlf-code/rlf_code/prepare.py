@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -58,23 +59,35 @@ def gsm8k_rows(split: str, folder: Path) -> Iterator[dict[str, Any]]:
         raise PrepareError(f"{path} not found: GSM8K splits are train and test")
     with path.open() as f:
         for i, line in enumerate(f):
-            record = json.loads(line)
-            answer = record["answer"].rsplit("####", 1)[-1].strip().replace(",", "")
+            try:
+                record = json.loads(line)
+                question, answer = record["question"], record["answer"].rsplit("####", 1)[-1].strip().replace(",", "")
+            except (ValueError, TypeError, KeyError, AttributeError) as exc:
+                raise PrepareError(
+                    f"{path}, line {i + 1}: not a GSM8K record with a question and an answer ({exc!r})"
+                ) from exc
             yield {
                 "id": f"gsm8k-{split}-{i}",
-                "prompt": MATH_PROMPT.format(question=record["question"]),
+                "prompt": MATH_PROMPT.format(question=question),
                 "ground_truth": {"kind": "answer", "answer": answer},
                 "extra": {"source": f"gsm8k/{split}"},
             }
 
 
 def write_jsonl(rows: Iterator[dict[str, Any]], out: Path, limit: int | None) -> int:
+    """Write ``rows`` to a file beside ``out``, moved over it once all are written: a prepare that
+    fails part way leaves ``out`` as it was and no partial file."""
     out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_name(f".{out.name}.{os.getpid()}.partial")
     count = 0
-    with out.open("w") as f:
-        for row in rows:
-            if limit is not None and count >= limit:
-                break
-            f.write(json.dumps(row) + "\n")
-            count += 1
+    try:
+        with partial.open("w") as f:
+            for row in rows:
+                if limit is not None and count >= limit:
+                    break
+                f.write(json.dumps(row) + "\n")
+                count += 1
+        os.replace(partial, out)
+    finally:
+        partial.unlink(missing_ok=True)
     return count

@@ -28,7 +28,7 @@ from rlf_code.settings import MB, Limits
 KERNEL = Path(__file__).with_name("kernel.py")
 INSIDE_WORKDIR = "/tmp/work"
 """The working directory inside a sandbox with its own mount namespace (a private tmpfs)."""
-CUT = "\n[... {} more bytes cut]"
+_SIGNALLED = 128  # a shell's exit status for a process a signal ended: 128 + the signal
 KILL = shutil.which("kill") or "/bin/kill"
 
 
@@ -180,6 +180,8 @@ class Sandbox:
         self.limits, self.layers, self.network = limits, layers, network
         self.python = python or sys.executable
         self._uid_range = (uid_base, uid_count)
+        self._max_message = 8 * limits.max_output_bytes + 65536
+        """The largest answer read from the kernel, which cuts its fields so that their JSON fits."""
         self._lock = threading.Lock()
         self._proc: subprocess.Popen[bytes] | None = None
         self._stderr: IO[bytes] | None = None
@@ -225,6 +227,7 @@ class Sandbox:
             "cgroups": self._cgroups.procs if self._cgroups else [],
             "tmpfs_bytes": limits.disk_mb * MB,
             "max_output_bytes": limits.max_output_bytes,
+            "max_message_bytes": self._max_message,
             "limits": {
                 "cpu_s": limits.cpu_s,
                 "address_space_bytes": limits.memory_mb * MB,
@@ -276,10 +279,7 @@ class Sandbox:
                 out = self._failed(timeout, timed_out=time.monotonic() - began >= timeout)
             else:
                 out = Output(
-                    stdout=self._cut(answer["stdout"], answer["stdout_bytes"]),
-                    stderr=self._cut(answer["stderr"], answer["stderr_bytes"]),
-                    result=answer["result"],
-                    error=answer["error"],
+                    stdout=answer["stdout"], stderr=answer["stderr"], result=answer["result"], error=answer["error"]
                 )
             out.latency_s = time.monotonic() - began
             return out
@@ -292,8 +292,8 @@ class Sandbox:
             except subprocess.TimeoutExpired:
                 pass
         self._kill()
-        if code is not None and (code < 0 or code > 128):
-            why = f"the interpreter was killed by {signal.Signals(abs(code) % 128).name} (a limit, or its code)"
+        if code is not None and (code < 0 or code > _SIGNALLED):
+            why = f"the interpreter was killed by {signal.Signals(abs(code) % _SIGNALLED).name} (a limit, or its code)"
         elif code is not None:
             why = f"the interpreter exited with status {code}"
         elif timed_out:
@@ -305,18 +305,13 @@ class Sandbox:
             failure="timeout" if timed_out and code is None else "crash",
         )
 
-    @staticmethod
-    def _cut(text: str, size: int) -> str:
-        kept = len(text.encode())
-        return text + CUT.format(size - kept) if size > kept else text
-
     def _receive(self, deadline: float) -> dict[str, Any] | None:
         """One message from the kernel, or ``None`` on EOF, past ``deadline`` or when it is malformed."""
         head = self._read(4, deadline)
         if head is None:
             return None
         size = struct.unpack("!I", head)[0]
-        if size > 8 * self.limits.max_output_bytes + 65536:
+        if size > self._max_message:
             return None
         body = self._read(size, deadline)
         try:

@@ -18,7 +18,7 @@ BARE = Layers(own_uid=False, namespaces=False, cgroups=False)
 
 
 @pytest.fixture
-def bare(full: Layers) -> Iterator[Sandbox]:
+def bare(full: Layers) -> Iterator[Sandbox]:  # noqa: ARG001 - full skips where a layer is missing
     sandbox = Sandbox(SMALL, BARE).start()
     yield sandbox
     sandbox.close()

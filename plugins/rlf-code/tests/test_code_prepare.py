@@ -82,3 +82,18 @@ def test_prepare_writes_gsm8k_rows(tmp_path: Path, shared_data: Path) -> None:
     assert main(["prepare", "gsm8k", "-o", str(out), "--split", "dev", *where]) == 1
     with pytest.raises(SystemExit):  # GSM8K is never bundled: its folder must be named
         main(["prepare", "gsm8k", "-o", str(out)])
+
+
+def test_a_failed_prepare_leaves_the_output_as_it_was(tmp_path: Path) -> None:
+    gsm8k = tmp_path / "gsm8k"
+    gsm8k.mkdir()
+    (gsm8k / "train.jsonl").write_text('{"question": "1 + 1?", "answer": "#### 2"}\nnot json\n')
+    out = tmp_path / "out" / "rows.jsonl"
+    out.parent.mkdir()
+    out.write_text("kept\n")
+    assert (
+        main(["prepare", "gsm8k", "-o", str(out), "--split", "test", "--gsm8k-dir", str(gsm8k)]) == 1
+    )  # no test split
+    fresh = out.with_name("fresh.jsonl")
+    assert main(["prepare", "gsm8k", "-o", str(fresh), "--split", "train", "--gsm8k-dir", str(gsm8k)]) == 1  # line 2
+    assert out.read_text() == "kept\n" and sorted(p.name for p in out.parent.iterdir()) == ["rows.jsonl"]
