@@ -250,3 +250,37 @@ def test_the_verl_backend_trains_the_same_lora_through_verls_own_settings(tmp_pa
     assert (model.lora_rank, model.lora_alpha) == (8, 16) and "q_proj" in model.target_modules
     refused = refusals(RunConfig.model_validate({"trainer": {"lora": {"dropout": 0.1}}}))
     assert [r for r in refused if r.startswith("trainer.lora.dropout:")]
+
+
+def test_the_verl_backend_starts_from_the_lora_warm_start_folded_into_its_base(tmp_path):
+    """With ``sft.data`` and ``trainer.lora``, rlf's warm start saves an adapter alone; verl loads whole
+    models, so it is given the adapter folded into its base (``checkpoints/sft/merged``), and a resume
+    keeps that folder instead of training the warm start again."""
+    from rlfcore.backends.verl.launch import Plan, make_model, sft_model_path
+
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    demos = [
+        {"messages": [{"role": "user", "content": r["prompt"]}, {"role": "assistant", "content": "A"}]} for r in ROWS
+    ]
+    (tmp_path / "demos.jsonl").write_text("".join(json.dumps(d) + "\n" for d in demos))
+    config = _config()
+    config.update(plugins=[], data={"train": "rows.jsonl"})
+    config["sft"] = {"data": "demos.jsonl", "steps": 2, "batch_size": 2, "lr": 0.01}
+    config["model"]["init"]["texts"].append("demos.jsonl")
+    (tmp_path / "run.yaml").write_text(json.dumps(config))
+    run = tmp_path / "run"
+    merged = sft_model_path(run, lora=True)
+    assert merged == run.resolve() / "checkpoints" / "sft" / "merged"
+    plan = Plan([], None, run / "train.parquet", None, run, [], merged)  # make_model reads no verl config
+
+    make_model(tmp_path / "run.yaml", [], plan, resume=False)
+    adapter = run / "checkpoints" / "sft" / "model"
+    assert (adapter / "adapter_model.safetensors").is_file() and not (adapter / "config.json").exists()
+    assert (merged / "config.json").is_file() and (merged / "tokenizer_config.json").is_file()
+    from transformers import AutoModelForCausalLM
+
+    base, folded = (AutoModelForCausalLM.from_pretrained(p) for p in (tmp_path / "model", merged))
+    assert any(not torch.equal(a, b) for a, b in zip(base.parameters(), folded.parameters()))  # the warm start is in
+    stamp = (merged / "config.json").stat().st_mtime_ns
+    make_model(tmp_path / "run.yaml", [], plan, resume=True)
+    assert (merged / "config.json").stat().st_mtime_ns == stamp  # kept, not trained again

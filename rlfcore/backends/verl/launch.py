@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -61,9 +62,11 @@ def require_verl() -> None:
         log.warning("verl %s is installed; rlf's verl backend is tested with %s", verl.__version__, VERL_VERSION)
 
 
-def sft_model_path(run_dir: str | Path) -> Path:
-    """Where rlf's SFT warm start leaves the model (``rlf sft``'s layout), for verl to start from."""
-    return Path(run_dir).resolve() / "checkpoints" / "sft" / "model"
+def sft_model_path(run_dir: str | Path, lora: bool = False) -> Path:
+    """The model verl starts from after rlf's SFT warm start: ``rlf sft``'s model folder or, when
+    ``trainer.lora`` made that folder an adapter alone, the adapter folded into its base beside it
+    (verl loads a whole model, and trains adapters of its own on it)."""
+    return Path(run_dir).resolve() / "checkpoints" / "sft" / ("merged" if lora else "model")
 
 
 def prepare(
@@ -94,7 +97,7 @@ def prepare(
     val_file = None
     if config.data.eval:
         val_file = write_parquet(read_rows(config.path(config.data.eval)), out / "val.parquet", runtime)
-    sft_model = sft_model_path(run_dir) if config.sft.data else None
+    sft_model = sft_model_path(run_dir, config.trainer.lora is not None) if config.sft.data else None
     translated = verl_overrides(
         config, config_path, train_file, val_file, overrides, run_dir, cluster, sft_model, resume
     )
@@ -118,8 +121,14 @@ def make_model(config_path: str | Path, overrides: list[str], plan: Plan, resume
 
     config, manager = load_config(config_path, overrides)
     if plan.sft_model is not None:
-        if not (resume and (plan.sft_model / "config.json").exists()):
-            sft_only(config, manager, plan.run_dir)
+        if resume and (plan.sft_model / "config.json").exists():
+            return
+        trained = Path(sft_only(config, manager, plan.run_dir)["model"])
+        if config.trainer.lora is not None:  # an adapter alone: verl gets it folded into its base
+            from rlfcore.backends.local.lora import merge
+
+            shutil.rmtree(plan.sft_model, ignore_errors=True)  # a fresh warm start replaces an older fold
+            merge(trained, plan.sft_model)
         return
     if config.model.init is None:
         return
