@@ -7,21 +7,32 @@ component that held one had to notice the loop change and rebuild. A run now own
 trainer's torch update) runs in the same thread, between two :meth:`RunLoop.run` calls.
 
 Written without ``asyncio.Runner`` (Python 3.11+) because rlf supports 3.10, and because its close
-waits for ever: :meth:`RunLoop.close` gives what is left a deadline, then abandons it by name.
+waits for ever: :meth:`RunLoop.close` gives what is left a deadline, then abandons it by name. For
+the same reason the loop's default executor (``asyncio.to_thread``) is a :class:`LeftBehind`, whose
+threads the interpreter does not wait for at exit.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import logging
+import os
+import threading
 import weakref
-from collections.abc import Awaitable, Coroutine
+from collections import deque
+from collections.abc import Awaitable, Callable, Coroutine
+from concurrent import futures
+from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from rlfcore.signals import Interrupted
+from rlfcore.threads import WORKERS
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +50,7 @@ class RunLoop:
     def __init__(self, timeout_s: float = 60.0) -> None:
         self.timeout_s = timeout_s
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._executor = LeftBehind()
         self._closed = False
         self._interrupts: list[Interrupted] = []
         """The signals' exceptions that ended a phase already (:meth:`_complete`)."""
@@ -51,6 +63,7 @@ class RunLoop:
         if self._loop is None:
             self._loop = asyncio.new_event_loop()
             self._loop.set_exception_handler(self._report)
+            self._loop.set_default_executor(self._executor)
             weakref.finalize(self, self._loop.close)  # one never closed (a test's runtime) still is, once dropped
         return self._loop
 
@@ -76,8 +89,8 @@ class RunLoop:
 
     def close(self) -> None:
         """Cancel what still runs (a step stopped by Ctrl-C leaves tasks behind, a hung plugin its
-        call), finish async generators and the default executor, and close the loop; safe to call
-        more than once. Every wait has ``timeout_s``: a run ends even when a plugin never returns."""
+        call), finish async generators and the default executor's calls, and close the loop; safe to
+        call more than once. Every wait has ``timeout_s``: a run ends even when a plugin never returns."""
         if self._closed:
             return
         self._closed = True
@@ -87,14 +100,28 @@ class RunLoop:
         try:
             self._cancel_all(loop)
             self._bounded(loop, loop.shutdown_asyncgens(), "async generators not finished in %g s are left so")
-            self._bounded(
-                loop,
-                loop.shutdown_default_executor(),
-                "asyncio's default executor (asyncio.to_thread, run_in_executor) still runs threads after %g s; "
-                "Python cannot stop a thread, and the process waits for them as it exits",
-            )
+            self._finish_calls()
         finally:
             loop.close()
+
+    def _finish_calls(self) -> None:
+        """Wait up to ``timeout_s`` for the calls in the default executor (``asyncio.to_thread``), then
+        leave those still running, with a warning naming each. Not ``loop.shutdown_default_executor``:
+        on Python 3.11 it joins its helper thread even when its wait is cancelled, so one call that
+        never returns would hang the close."""
+        self._executor.shutdown(wait=False)
+        unfinished = self._executor.unfinished()
+        if unfinished:  # the loop is not running: a wait here holds up nothing
+            futures.wait(unfinished, timeout=self.timeout_s)
+        left = self._executor.unfinished().values()
+        if left:
+            log.warning(
+                "closing the run's event loop: still running in asyncio's default executor (asyncio.to_thread, "
+                "run_in_executor) %g s later: %s; threads cannot be killed: abandoned, and the process exits "
+                "without waiting for them",
+                self.timeout_s,
+                "; ".join(sorted(left)),
+            )
 
     def _cancel_all(self, loop: asyncio.AbstractEventLoop) -> None:
         """Cancel every task and wait up to ``timeout_s``; cancel what is left (a task that caught the
@@ -170,3 +197,100 @@ def _describe(task: asyncio.Task[Any]) -> str:
     """A task's name where the core gave it one (``plugin 'x': shutdown``), else its coroutine's."""
     name = task.get_name()
     return name if not name.startswith("Task-") else getattr(task.get_coro(), "__qualname__", name)
+
+
+class LeftBehind(ThreadPoolExecutor):
+    """The run loop's default executor: each call runs in a worker thread of :mod:`rlfcore.threads`,
+    which is never joined, so a call that never returns (a plugin's ``asyncio.to_thread``) cannot keep
+    the process from exiting, as the threads of a ``ThreadPoolExecutor`` do (it joins them at exit).
+
+    At most as many calls at once as a ``ThreadPoolExecutor``'s default, the rest queued, as asyncio's
+    own default executor does. A ``ThreadPoolExecutor`` only for ``loop.set_default_executor``, which
+    takes nothing else: none of its threads or queues are used.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._limit = min(32, (os.cpu_count() or 1) + 4)
+        self._guard = threading.Lock()
+        self._queued: deque[_Call] = deque()
+        self._running: dict[Future[Any], str] = {}
+        self._closed = False
+
+    def submit(self, fn: Callable[P, T], /, *args: P.args, **kwargs: P.kwargs) -> Future[T]:
+        call = _Call(partial(fn, *args, **kwargs), _caller_of(fn))
+        with self._guard:
+            if self._closed:
+                raise RuntimeError("cannot schedule new futures after shutdown")
+            if len(self._running) >= self._limit:
+                self._queued.append(call)
+                return call.future
+            self._running[call.future] = call.name
+        WORKERS.submit(partial(self._serve, call))
+        return call.future
+
+    def _serve(self, call: _Call | None) -> Callable[[], None]:
+        """Run ``call``, then the queued calls while there are any (in a worker thread)."""
+        while call is not None:
+            call.run()
+            with self._guard:
+                del self._running[call.future]
+                call = self._queued.popleft() if self._queued else None
+                if call is not None:
+                    self._running[call.future] = call.name
+        return _nothing
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """Refuse new calls; with ``cancel_futures``, cancel the queued ones; with ``wait``, wait for
+        the rest (for ever, as ``ThreadPoolExecutor`` does: the run loop bounds its own wait)."""
+        with self._guard:
+            self._closed = True
+            queued = list(self._queued)
+        if cancel_futures:
+            for call in queued:
+                call.future.cancel()
+        if wait:
+            futures.wait(self.unfinished())
+
+    def unfinished(self) -> dict[Future[Any], str]:
+        """The calls running or queued, each with what it runs and for which task (``plugin 'x': shutdown``)."""
+        with self._guard:
+            calls = [*self._running.items(), *((call.future, call.name) for call in self._queued)]
+        return {future: name for future, name in calls if not future.done()}  # one just answered is done
+
+
+class _Call:
+    def __init__(self, work: Callable[[], Any], name: str):
+        self.work = work
+        self.name = name
+        self.future: Future[Any] = Future()
+
+    def run(self) -> None:
+        if not self.future.set_running_or_notify_cancel():
+            return
+        try:
+            result = self.work()
+        except BaseException as exc:  # the caller's to raise, as in a ThreadPoolExecutor
+            self.future.set_exception(exc)
+        else:
+            self.future.set_result(result)
+
+
+def _nothing() -> None:
+    """A call of the default executor hands nothing over: its future has its answer already."""
+
+
+def _caller_of(fn: Callable[..., Any]) -> str:
+    """``module.function`` that ``fn`` runs (through ``asyncio.to_thread``'s ``partial(context.run,
+    function, ...)``), and the task that called it when it runs in one."""
+    while isinstance(fn, partial):
+        context_run = isinstance(getattr(fn.func, "__self__", None), contextvars.Context)
+        fn = fn.args[0] if context_run and fn.args else fn.func
+    name = getattr(fn, "__qualname__", None) or repr(fn)
+    module = getattr(fn, "__module__", None)
+    name = f"{module}.{name}" if module else name
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # not called from the loop's thread
+        task = None
+    return f"{name} (called by {_describe(task)})" if task is not None else name

@@ -151,7 +151,7 @@ KINDS = pytest.mark.parametrize("kind", ["completions", "chat"])
 async def test_headers_trickled_a_byte_at_a_time_end_at_the_deadline(kind):
     padded = head(X_Pad="a" * 200)
 
-    def script(n: int) -> Iterator[bytes | float]:
+    def script(_n: int) -> Iterator[bytes | float]:
         yield from trickle(padded[:60])  # 6 s: a per-read timeout of 1 s never fires
 
     with RawServer(script) as server:
@@ -163,7 +163,7 @@ async def test_headers_trickled_a_byte_at_a_time_end_at_the_deadline(kind):
 
 @KINDS
 async def test_a_body_trickled_a_byte_at_a_time_ends_at_the_deadline(kind):
-    def script(n: int) -> Iterator[bytes | float]:
+    def script(_n: int) -> Iterator[bytes | float]:
         yield head(Content_Length=str(len(COMPLETION)))
         yield from trickle(COMPLETION[:60])
 
@@ -176,7 +176,7 @@ async def test_a_body_trickled_a_byte_at_a_time_ends_at_the_deadline(kind):
 # --- bodies are read up to a cap ------------------------------------------------------------------------
 
 
-def endless(n: int) -> Iterator[bytes | float]:
+def endless(_n: int) -> Iterator[bytes | float]:
     """A chunked body that goes on (here up to 64 MiB, far past the cap the tests set)."""
     yield head(Transfer_Encoding="chunked")
     chunk = b"[" + b"0," * 32767 + b"0"
@@ -211,7 +211,7 @@ async def test_a_50_mb_error_body_is_read_only_for_its_message(kind):
     size = 50_000_000
     start = b'{"error": {"message": "the server is overloaded"}, "padding": "'
 
-    def script(n: int) -> Iterator[bytes | float]:
+    def script(_n: int) -> Iterator[bytes | float]:
         yield head("500 Internal Server Error", Content_Length=str(size))
         yield start
         left = size - len(start)
@@ -237,7 +237,7 @@ def test_max_response_bytes_comes_from_the_config():
 
 
 def answering(body: bytes) -> Script:
-    def script(n: int) -> Iterator[bytes | float]:
+    def script(_n: int) -> Iterator[bytes | float]:
         yield head(Content_Length=str(len(body))) + body
 
     return script
@@ -366,3 +366,24 @@ async def test_a_retry_after_past_the_deadline_fails_at_once_naming_it():
     assert server.requests == 1
     assert "gave up after attempt 1: the next could start only in 30s" in message
     assert "of engine.timeout_s (3s) are left; last: HTTP 429" in message and "(Retry-After: 30s)" in message
+
+
+# --- redirects are not followed ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("status", ["302 Found", "307 Temporary Redirect"])
+@KINDS
+async def test_a_redirect_to_another_host_is_not_followed(kind, status):
+    """A server may not send the prompts, and the API key with them, on to another: a 3xx is the
+    answer's failure, named by its status, and the place it points to is never asked."""
+    with RawServer(answering(COMPLETION if kind == "completions" else CHAT)) as elsewhere:
+        moved = b'{"error": {"message": "moved"}}'
+        location = elsewhere.base_url + ("/completions" if kind == "completions" else "/chat/completions")
+
+        def script(_n: int) -> Iterator[bytes | float]:
+            yield head(status, Location=location, Content_Length=str(len(moved))) + moved
+
+        with RawServer(script) as server:
+            message, _ = await timed_failure(kind, server.base_url, timeout_s=5.0, api_key="sk-secret")
+    assert f"HTTP {status.split()[0]}" in message and "moved" in message, message
+    assert server.requests == 1 and elsewhere.requests == 0

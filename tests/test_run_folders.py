@@ -26,10 +26,11 @@ from rlfcore.backends.local.checkpoint import CheckpointError
 from rlfcore.backends.local.local import LocalTrainer
 from rlfcore.backends.local.lock import RunDirError, RunDirInUse, RunLock
 from rlfcore.backends.local.model import load_policy
-from rlfcore.backends.local.resume import ConfigChanged
+from rlfcore.backends.local.resume import ConfigChanged, check_resume_config, describe
 from rlfcore.backends.local.run import train
 from rlfcore.backends.local.rundir import RunDir
 from rlfcore.config import load_config
+from rlfcore.schema import RunConfig
 
 PLUGIN = """
 from rlfcore import Score, hookimpl
@@ -48,6 +49,21 @@ from rlfcore.backends.local.lock import RunLock
 with RunLock(Path(sys.argv[1])):
     print("held", flush=True)
     sys.stdin.readline()
+"""
+
+SHAPED = """
+from pydantic import BaseModel
+from rlfcore import hookimpl
+
+
+class Settings(BaseModel):
+    depth: int = 2
+    style: str = "plain"
+
+
+@hookimpl
+def register_config_schema():
+    return Settings
 """
 
 
@@ -89,7 +105,7 @@ def _steps(run: Path) -> list[int]:
 
 
 @pytest.fixture
-def holder(tmp_path):
+def holder():
     """Start a second process holding a folder's lock; yields (start, child) and ends the child."""
     children: list[subprocess.Popen] = []
 
@@ -203,6 +219,55 @@ def test_rlf_train_resume_with_a_changed_group_size_exits_2(finished, tmp_path):
     assert yaml.safe_load((run / "config.yaml").read_text())["rollout"]["n"] == 2
 
 
+def _older_record(tmp_path: Path, *overrides: str, drop: tuple[str, ...]) -> tuple[Path, RunConfig]:
+    """A run folder whose ``config.yaml`` is the default config's record, less the dotted paths in
+    ``drop`` (as an rlf written before those settings existed records it), and the config a resume of it
+    gives: the same one with ``overrides``. Its plugin ``shaped`` has a section of its own."""
+    (tmp_path / "shaped.py").write_text(SHAPED)
+    (tmp_path / "run.yaml").write_text("local_plugins: [shaped.py]\ndata: {train: rows.jsonl}\n")
+    record = load_config(tmp_path / "run.yaml")[0].resolved()
+    for name in drop:
+        *sections, key = name.split(".")
+        owner = record
+        for part in sections:
+            owner = owner[part]
+        del owner[key]
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text(yaml.safe_dump(record, sort_keys=False))
+    return run, load_config(tmp_path / "run.yaml", list(overrides))[0]
+
+
+OLDER = ("tools.shutdown_timeout_s", "engine.max_response_bytes", "rollout.n", "shaped.depth", "sft", "agent")
+
+
+def test_resume_takes_a_setting_the_record_lacks_at_its_default_as_unchanged(tmp_path):
+    """A run recorded before a setting existed resumes when the setting keeps its default, at a leaf,
+    a whole section or a plugin's field."""
+    run, config = _older_record(tmp_path, drop=OLDER)
+    assert check_resume_config(run, config, allow_change=False) == []
+
+
+def test_a_setting_the_record_lacks_with_another_value_is_still_a_change(tmp_path):
+    """Only a setting at its default is taken for the older run's behaviour; any other value is listed
+    as ``(not set) -> value``, refused unless resumable, leaf by leaf inside a section the record lacks."""
+    changed = ("engine.max_response_bytes=1048576", "rollout.n=4", "shaped.depth=5", "sft.steps=7", "trainer.lr=0.5")
+    run, config = _older_record(tmp_path, *changed, drop=(*OLDER, "trainer.lr"))
+    with pytest.raises(ConfigChanged) as caught:
+        check_resume_config(run, config, allow_change=False)
+    message = str(caught.value)
+    for line in (
+        "engine.max_response_bytes: (not set) -> 1048576",
+        "rollout.n: (not set) -> 4",
+        "shaped.depth: (not set) -> 5",
+        "sft.steps: (not set) -> 7",
+    ):
+        assert f"  {line}\n" in message, message
+    assert message.count(" -> ") == 4, message  # nothing else: sft's other fields and the accepted lr
+    accepted = describe(check_resume_config(run, config, allow_change=True))
+    assert "trainer.lr: (not set) -> 0.5" in accepted and accepted.count(" -> ") == 5, accepted
+
+
 # --- defect 7: a torn last line of metrics.jsonl -----------------------------------------------------
 
 
@@ -263,7 +328,7 @@ def test_a_run_that_fails_or_stops_still_writes_its_summary(finished, tmp_path, 
     from rlfcore.signals import Interrupted
     from rlfcore.ui.runs import status
 
-    def broken(self, progress=None):
+    def broken(*_args, **_kwargs):
         raise RuntimeError("every sample of step 1 failed: plugin 'x': open_session timed out")
 
     monkeypatch.setattr(LocalTrainer, "run", broken)
@@ -273,7 +338,7 @@ def test_a_run_that_fails_or_stops_still_writes_its_summary(finished, tmp_path, 
     assert summary["status"] == "failed" and "every sample of step 1 failed" in summary["error"]
     assert status(tmp_path / "failed") == "failed"
 
-    def stopped(self, progress=None):
+    def stopped(*_args, **_kwargs):
         raise Interrupted(signal.SIGTERM, "Interrupted during step 3: resume with: rlf train ... --resume")
 
     monkeypatch.setattr(LocalTrainer, "run", stopped)

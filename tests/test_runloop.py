@@ -38,7 +38,7 @@ async def compute_score(sample):
 
 
 @hookimpl
-def shutdown(ctx):
+async def shutdown(ctx):
     _note("shutdown")
 """
 

@@ -1,10 +1,12 @@
-"""Every run ends: a plugin whose opener, release or ``shutdown`` never returns fails its trajectory
-(or is abandoned at the run's end) with a warning naming it, and the run closes within its deadlines;
-a ``CancelledError`` a plugin raises itself fails its trajectory instead of ending the run.
+"""Every run ends: a plugin whose opener, release or ``shutdown`` (async or plain) never returns fails
+its trajectory (or is abandoned at the run's end) with a warning naming it, and the run closes within
+its deadlines; so does one that leaves an ``asyncio.to_thread`` call running, and the process still
+exits; a ``CancelledError`` a plugin raises itself fails its trajectory instead of ending the run.
 
-Each run goes through the real loop, sessions and runtime (``rlfcore.testing``), and the last two
-through the real ``rlf eval`` and ``rlf train`` in a fresh process. A run that hangs fails its test
-(it runs in a thread joined with a time limit, or in a process with one) instead of hanging it.
+Each run goes through the real loop, sessions and runtime (``rlfcore.testing``), and the last ones
+in a fresh process, through ``rlfcore.testing`` or the real ``rlf eval`` and ``rlf train``. A run that
+hangs fails its test (it runs in a thread joined with a time limit, or in a process with one) instead
+of hanging it.
 """
 
 from __future__ import annotations
@@ -93,7 +95,6 @@ class HungOpener:
     def open_session(self, row, ctx):
         if row["extra"].get("hang"):
             self.gate.wait()
-        return None
 
 
 class HungClose(HungOpener):
@@ -165,6 +166,68 @@ def test_a_cancelled_error_raised_by_a_shutdown_is_its_failure_and_the_others_st
     bad, good = _shut_down("cancels")
     assert bad.calls == 1 and good.calls == 1
     assert "plugin 'bad' failed to shut down" in caplog.text
+
+
+class Plain:
+    """A plain ``def shutdown`` that notes its call in ``calls`` and, ``stuck``, never returns (until
+    the test is over)."""
+
+    def __init__(self, name: str, calls: list[str], gate: threading.Event, stuck: bool = False):
+        self.name, self.calls, self.gate, self.stuck = name, calls, gate, stuck
+
+    @hookimpl
+    def shutdown(self, ctx):
+        self.calls.append(self.name)
+        if self.stuck:
+            self.gate.wait()
+
+
+class LeavesAThread(Plain):
+    """An async ``shutdown`` that awaits an ``asyncio.to_thread`` call that never returns (until the
+    test is over): cancelled at its deadline, it leaves the call running."""
+
+    @hookimpl
+    async def shutdown(self, ctx):
+        self.calls.append(self.name)
+        await asyncio.to_thread(self.gate.wait)
+
+
+def _close_timed(plugins: dict[str, object]) -> float:
+    """Seconds the runtime's close took after a rollout (the last of ``plugins`` shuts down first)."""
+    config = {"plugins": list(plugins), "envs": {"main": [next(iter(plugins))]}, "tools": TIMEOUTS}
+    runtime = make_runtime(config, plugins)
+    runtime.run(_roll_out_one(runtime))
+    started = time.perf_counter()
+    ends_within(BOUND_S, runtime.close)
+    return time.perf_counter() - started
+
+
+async def _roll_out_one(runtime) -> None:
+    tok = ByteChatTokenizer()
+    await Rollout(runtime, ScriptedEngine(tok, SCRIPT), tok).run([normalize_row(ROWS[1])])
+
+
+def test_a_plain_shutdown_that_never_returns_is_abandoned_at_its_deadline_and_the_next_runs(gate, caplog):
+    calls: list[str] = []
+    took = _close_timed({"good": Plain("good", calls, gate), "stuck": Plain("stuck", calls, gate, stuck=True)})
+    assert calls == ["stuck", "good"]
+    assert took < TIMEOUTS["shutdown_timeout_s"] + 2
+    assert (
+        "plugin 'stuck': shutdown did not return within tools.shutdown_timeout_s (0.5 s); a plain def, in a thread "
+        "of its own; threads cannot be killed: abandoned"
+    ) in caplog.text
+
+
+def test_a_shutdown_that_leaves_a_to_thread_call_ends_and_the_call_is_named(gate, caplog):
+    calls: list[str] = []
+    took = _close_timed({"good": Plain("good", calls, gate), "leaves": LeavesAThread("leaves", calls, gate)})
+    assert calls == ["leaves", "good"]
+    assert took < 2 * TIMEOUTS["shutdown_timeout_s"] + 2  # its shutdown's deadline, then the executor's
+    assert "plugin 'leaves': shutdown did not return within tools.shutdown_timeout_s (0.5 s); cancelled" in caplog.text
+    assert (
+        "still running in asyncio's default executor (asyncio.to_thread, run_in_executor) 0.5 s later: "
+        "threading.Event.wait (called by plugin 'leaves': shutdown); threads cannot be killed: abandoned"
+    ) in caplog.text
 
 
 class CancelsItself:
@@ -269,6 +332,46 @@ def test_a_run_loop_abandons_a_task_that_ignores_cancellation_and_names_it(caplo
     )
 
 
+def test_the_run_loops_executor_queues_calls_past_its_limit_and_runs_them_all(gate, caplog):
+    """As asyncio's own default executor: at most its limit of calls at once, the rest queued, run as
+    threads free up; its threads are not threading's (nothing joins them at exit); calls that have
+    answered are not named as left behind."""
+    running, most = 0, 0
+    lock = threading.Lock()
+
+    def call(i: int) -> int:
+        nonlocal running, most
+        with lock:
+            running += 1
+            most = max(most, running)
+        gate.wait()
+        with lock:
+            running -= 1
+        return i
+
+    limit = min(32, (os.cpu_count() or 1) + 4)  # ThreadPoolExecutor's default
+
+    async def main() -> list[int]:
+        calls = asyncio.gather(*(asyncio.to_thread(call, i) for i in range(limit + 3)))
+        for _ in range(500):
+            if most >= limit:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.2)  # time for a call past the limit to start, were it let
+        threads = [t.name for t in threading.enumerate()]
+        gate.set()
+        return most, threads, await calls
+
+    def run() -> tuple[int, list[str], list[int]]:
+        with RunLoop(timeout_s=5) as runner:
+            return runner.run(main())
+
+    most_at_once, threads, answers = ends_within(BOUND_S, run)
+    assert most_at_once == limit and answers == list(range(limit + 3))
+    assert not any(name.startswith("asyncio") for name in threads)
+    assert "default executor" not in caplog.text
+
+
 # --- the whole command, in a fresh process -----------------------------------------------------------
 
 HANG_PLUGIN = """
@@ -301,11 +404,15 @@ def tiny(tmp_path_factory) -> Path:
     return build_tiny(["Say something about 1. done"] * 10, tmp_path_factory.mktemp("tiny") / "model", vocab_size=300)
 
 
-def _project(tmp_path: Path, tiny: Path, rows: list[dict] = ROWS) -> Path:
-    (tmp_path / "hang.py").write_text(HANG_PLUGIN)
+def _project(tmp_path: Path, tiny: Path, rows: list[dict] = ROWS, plugins: dict[str, str] | None = None) -> Path:
+    """A run of the tiny model on ``rows``, with ``plugins`` (file name: source; the one of
+    ``HANG_PLUGIN`` without it); ``hang`` is the rows' environment."""
+    plugins = plugins or {"hang.py": HANG_PLUGIN}
+    for name, source in plugins.items():
+        (tmp_path / name).write_text(source)
     (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (tmp_path / "run.yaml").write_text(
-        f"local_plugins: [hang.py]\nmodel:\n  path: {tiny}\n"
+        f"local_plugins: [{', '.join(plugins)}]\nmodel:\n  path: {tiny}\n"
         "data: {train: rows.jsonl, eval: rows.jsonl, default_env: hang}\n"
         "rollout: {n: 2, max_turns: 1, sampling: {max_tokens: 4}}\n"
         "trainer: {steps: 1, prompts_per_step: 2, checkpoint_every: 10, samples_per_step: 0}\n"
@@ -314,15 +421,63 @@ def _project(tmp_path: Path, tiny: Path, rows: list[dict] = ROWS) -> Path:
     return tmp_path / "run.yaml"
 
 
-def _rlf(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+def _python(args: list[str], cwd: Path, timeout_s: float = 180) -> subprocess.CompletedProcess:
+    """``python ARGS`` in a fresh process, failed (and killed) if it has not ended ``timeout_s`` later."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("RLF_")}
     env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     try:
         return subprocess.run(
-            [sys.executable, "-m", "rlfcore", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=180
+            [sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout_s
         )
     except subprocess.TimeoutExpired as exc:
-        pytest.fail(f"rlf {' '.join(args)} had not ended 180 s later; stderr: {exc.stderr!r}")
+        pytest.fail(f"python {' '.join(args)} had not ended {timeout_s} s later; stderr: {exc.stderr!r}")
+
+
+def _rlf(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    return _python(["-m", "rlfcore", *args], cwd)
+
+
+LEFT_BEHIND = """
+import asyncio, json, sys, threading
+from rlfcore import hookimpl
+from rlfcore.testing import rollout
+
+
+class Stuck:
+    @hookimpl
+    def shutdown(self, ctx):
+        threading.Event().wait()  # never returns
+
+
+class Leaves:
+    @hookimpl
+    async def shutdown(self, ctx):
+        await asyncio.to_thread(threading.Event().wait)  # never returns
+
+
+config = {"plugins": ["stuck", "leaves"], "envs": {"main": ["stuck"]}, "tools": json.loads(sys.argv[1])}
+out = rollout(config, [{"id": "b", "prompt": "x"}], {"b": ["done"]}, {"stuck": Stuck(), "leaves": Leaves()})
+print(json.dumps([t.stop_reason for t in out]))
+"""
+
+WARNINGS = (
+    "plugin 'stuck': shutdown did not return within tools.shutdown_timeout_s (0.5 s); a plain def, in a thread of its "
+    "own; threads cannot be killed: abandoned",
+    "plugin 'leaves': shutdown did not return within tools.shutdown_timeout_s (0.5 s); cancelled",
+    "still running in asyncio's default executor (asyncio.to_thread, run_in_executor) 0.5 s later: "
+    "threading.Event.wait (called by plugin 'leaves': shutdown); threads cannot be killed: abandoned, and the "
+    "process exits without waiting for them",
+)
+
+
+def test_a_process_whose_plugins_leave_hung_threads_at_shutdown_still_exits(tmp_path):
+    """A plain shutdown that never returns, and an async one that leaves an ``asyncio.to_thread`` call
+    that never returns: the run ends, prints its results, and the interpreter exits past both threads."""
+    done = _python(["-c", LEFT_BEHIND, json.dumps(TIMEOUTS)], tmp_path, timeout_s=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == '["no_tool_call"]'
+    for warning in WARNINGS:
+        assert warning in done.stderr
 
 
 @pytest.mark.slow
@@ -356,3 +511,39 @@ def test_rlf_eval_whose_every_opener_hangs_exits_1_naming_the_plugin(tiny, tmp_p
     assert done.returncode == 1, done.stdout + done.stderr
     assert "plugin 'hang': open_session took longer than tools.session_timeout_s (0.3 s)" in done.stderr
     assert "plugin 'hang': open_session: still running in its thread" in done.stderr
+
+
+LEAVES_A_THREAD = """
+import asyncio, threading
+from rlfcore import Score, hookimpl
+
+
+@hookimpl
+async def shutdown(ctx):
+    await asyncio.to_thread(threading.Event().wait)  # never returns
+
+
+@hookimpl
+def compute_score(sample):
+    return Score(value=1.0)
+"""
+
+STUCK = """
+import threading
+from rlfcore import hookimpl
+
+
+@hookimpl
+def shutdown(ctx):
+    threading.Event().wait()  # never returns
+"""
+
+
+@pytest.mark.slow
+def test_rlf_train_whose_plugins_leave_hung_threads_at_shutdown_exits_with_a_summary(tiny, tmp_path):
+    _project(tmp_path, tiny, ROWS[1:], {"hang.py": LEAVES_A_THREAD, "stuck.py": STUCK})
+    done = _rlf(["train", "run.yaml", "--run-dir", "run"], tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["steps"] == 1
+    for warning in WARNINGS:
+        assert warning.replace("'leaves'", "'hang'") in done.stderr

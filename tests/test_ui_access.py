@@ -24,6 +24,8 @@ import pytest
 pytest.importorskip("starlette")
 from starlette.testclient import TestClient
 
+from rlfcore.config import PATH_SETTINGS
+from rlfcore.paths import source_header
 from rlfcore.ui import create_app
 from rlfcore.ui.access import Secret
 from rlfcore.ui.allowed import check_overrides, override_allowed
@@ -163,6 +165,94 @@ def test_get_pages_import_no_code(app: TestClient, world: dict[str, Path]) -> No
     assert not world["marker"].exists()
 
 
+def test_a_saved_copy_header_cannot_send_get_pages_outside(app: TestClient, world: dict[str, Path]) -> None:
+    """A run's ``config.yaml`` reads its relative paths from the folder its first line names; the check
+    read them from the copy's own folder, so a copy in the runs folder naming a folder elsewhere made
+    GET /data and /tools import that folder's ``evil.py``."""
+    auth = {"X-RLF-Token": TOKEN}
+    copy = source_header(world["evil"].with_name("run.yaml")) + CONFIG + "local_plugins: [evil.py]\n"
+    planted = world["runs"] / "planted.yaml"
+    planted.write_text(copy)
+    (world["runs"] / "copied").mkdir()
+    (world["runs"] / "copied" / "config.yaml").write_text(copy)
+    for path in (
+        f"/data?config={planted}",
+        f"/tools?config={planted}",
+        "/tools?run=copied",
+        "/data?config=copied/config.yaml",
+    ):
+        page = app.get(path, headers=auth)
+        assert page.status_code == 403 and f"local_plugins[0]: {world['evil']} is outside the folders" in page.text, (
+            path
+        )
+    assert not world["marker"].exists()
+
+
+def test_validate_reads_relative_plugins_where_the_check_does(
+    app: TestClient, world: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """POST /config/validate checked a relative ``evil.py`` in the runs folder but loaded the text as a
+    dict, which reads it from the UI's working folder: started from elsewhere, the UI imported it."""
+    auth = {"X-RLF-Token": TOKEN}
+    monkeypatch.chdir(world["evil"].parent)
+    typed = app.post("/config/validate", data={"text": "local_plugins: [evil.py]\n"}, headers=auth).text
+    assert f"no such file: {world['runs'] / 'evil.py'}" in typed  # looked for where a runs-folder file has it
+    beside = app.post(
+        "/config/validate", data={"text": "local_plugins: [evil.py]\n", "config": str(world["config"])}, headers=auth
+    ).text
+    assert f"no such file: {world['config'].with_name('evil.py')}" in beside
+    headed = source_header(world["evil"].with_name("run.yaml")) + "local_plugins: [evil.py]\n"
+    copied = app.post("/config/validate", data={"text": headed.replace("\n", "\r\n")}, headers=auth).text
+    assert f"local_plugins[0]: {world['evil']} is outside the folders" in copied
+    assert not world["marker"].exists()
+
+
+def test_module_names_in_local_plugins_are_refused(
+    app: TestClient, world: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``local_plugins: [name]`` imports ``name`` from wherever ``sys.path`` finds it (the working folder
+    under ``python -m rlfcore``); the check let module names through unexamined."""
+    auth = {"X-RLF-Token": TOKEN}
+    name = "rlf_ui_access_evil"
+    world["evil"].with_name(f"{name}.py").write_text(world["evil"].read_text())
+    monkeypatch.syspath_prepend(str(world["evil"].parent))
+    monkeypatch.delitem(sys.modules, name, raising=False)  # and dropped again if the test imports it
+    for entry in (name, f"{name}:Plugin"):
+        text = app.post("/config/validate", data={"text": f"local_plugins: ['{entry}']\n"}, headers=auth).text
+        assert "(refused)" in text and "is a module name" in text, entry
+    planted = world["runs"] / "modular.yaml"
+    planted.write_text(CONFIG + f"local_plugins: [{name}]\n")
+    for path in (f"/data?config={planted}", f"/tools?config={planted}"):
+        page = app.get(path, headers=auth)
+        assert page.status_code == 403 and f"local_plugins[0]: &#39;{name}&#39; is a module name" in page.text, path
+    assert not world["marker"].exists()
+
+
+def test_no_path_setting_can_be_overridden(app: TestClient, world: dict[str, Path]) -> None:
+    """``sft.tools`` names a file (the tools' JSON schemas) inside the allowed ``sft`` section, so a launch
+    could read one from anywhere; every path-typed setting of the core is refused, whatever its section."""
+    for key in PATH_SETTINGS:
+        assert not override_allowed(key) and not override_allowed(key + ".x"), key
+    page = app.get(
+        f"/data?config={world['config']}&overrides=sft.steps=1 sft.tools={world['secret']}",
+        headers={"X-RLF-Token": TOKEN},
+    )
+    assert page.status_code == 403 and "not allowed from the UI: sft.tools" in page.text
+    assert "sft.data, sft.tools" in page.text  # the message names what the allowed sections still refuse
+
+
+def test_the_data_preview_reads_no_data_file_outside_the_served_folders(
+    app: TestClient, world: dict[str, Path]
+) -> None:
+    rows = world["secret"].with_name("rows.jsonl")
+    rows.write_text('{"id": "p", "prompt": "the user\'s private prompt", "ground_truth": "x"}\n')
+    planted = world["runs"] / "elsewhere-data.yaml"
+    planted.write_text(f"plugins: []\ndata:\n  eval: {rows}\n")
+    page = app.get(f"/data?config={planted}", headers={"X-RLF-Token": TOKEN})
+    assert page.status_code == 200 and f"data file {rows} is outside the folders this UI serves" in page.text
+    assert "private prompt" not in page.text
+
+
 def test_the_override_allow_list() -> None:
     for ok in ("trainer.steps", "trainer.lr", "rollout.sampling.temperature", "sft.steps", "seed", "model.dtype"):
         assert override_allowed(ok), ok
@@ -192,6 +282,34 @@ def test_read_only_has_no_launch_stop_resume_or_tool_call(world: dict[str, Path]
             assert c.post(path, data={"config": str(world["config"])}).status_code in (404, 405), path
         data = c.get("/data").text
         assert "read-only" in data and 'hx-post="/launch"' not in data
+
+
+def test_read_only_sets_up_no_plugin(world: dict[str, Path]) -> None:
+    """``--read-only``: GET /tools and /data set the config's plugins up all the same, importing its local
+    plugins (and starting their servers); now they show the config and say why the rest is left out."""
+    marker = world["config"].with_name("own_imported")
+    world["config"].with_name("own_tools.py").write_text(f"open({str(marker)!r}, 'w').write('imported')\n")
+    cfg = world["config"].with_name("with_plugin.yaml")
+    cfg.write_text(CONFIG + "local_plugins: [own_tools.py]\n")
+    app = create_app(world["runs"], world["config"], token=TOKEN, read_only=True)
+    with TestClient(app, base_url=BASE, headers={"X-RLF-Token": TOKEN}) as c:
+        tools = c.get(f"/tools?config={cfg}")
+        assert (
+            tools.status_code == 200
+            and "sets up no plugins (no imports, no servers), so it lists no tools" in tools.text
+        )
+        assert f"rlf plugins list --config {cfg}" in tools.text
+        data = c.get(f"/data?config={cfg}")
+        assert data.status_code == 200 and "imports no local plugins" in data.text
+        assert "local_plugins: [own_tools.py]" in data.text  # the config itself is shown
+        validated = c.post("/config/validate", data={"text": cfg.read_text(), "config": str(cfg)}).text
+        assert "(refused)" in validated and "imports no local plugins" in validated
+        plain = c.get(f"/data?config={world['config']}").text
+        assert "rendered (and counted) without tools" in plain and "&#34;hi&#34;" in plain  # rows still previewed
+    assert not marker.exists()
+    with TestClient(create_app(world["runs"], world["config"], token=TOKEN), base_url=BASE) as c:
+        c.get(f"/tools?config={cfg}", headers={"X-RLF-Token": TOKEN})
+    assert marker.exists()  # the same page of a UI that may launch does set the plugin up
 
 
 def test_two_uis_on_one_host_keep_their_own_cookies() -> None:

@@ -23,6 +23,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 SAFE_METHODS = frozenset({"GET", "HEAD"})
 TOKEN_HEADER = "x-rlf-token"
 CSRF_HEADER = "x-rlf-csrf"
+MIN_TOKEN_CHARS = 16
+"""The shortest token a user may choose (``rlf ui --token``); the UI's own are 32 characters."""
 
 
 def new_token() -> str:
@@ -34,8 +36,8 @@ class Secret:
     """The start's token and what follows from it: the cookie's name and the CSRF token."""
 
     def __init__(self, token: str):
-        if len(token) < 16:
-            raise ValueError("the UI's token must be at least 16 characters")
+        if len(token) < MIN_TOKEN_CHARS:
+            raise ValueError(f"the UI's token must be at least {MIN_TOKEN_CHARS} characters")
         self.token = token
         digest = hashlib.sha256(token.encode()).hexdigest()
         # Cookies ignore the port: a name of its own keeps two UIs on one host from overwriting each other.

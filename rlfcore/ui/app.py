@@ -53,7 +53,7 @@ def create_app(
     ui = UI(root_path, config_file, poll_ms, Roots(folders), Secret(token or new_token()), read_only)
 
     @asynccontextmanager
-    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
         yield
         ui.close()
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from rlfcore.ui.allowed import Refused, Roots, refuse_local_plugins
 from rlfcore.ui.toolbench import ToolBench
 
 
@@ -15,13 +16,23 @@ def explain(exc: BaseException) -> str:
     return render() if callable(render) else f"{type(exc).__name__}: {exc}"
 
 
-def preview(bench: ToolBench, cfg: Path, overrides: list[str], n: int) -> dict[str, Any]:
-    """A dataset's first rows rendered as the model sees them, with token counts and a length histogram."""
+def preview(  # noqa: PLR0912 - each way a preview can fail is answered where it happens
+    bench: ToolBench, cfg: Path, overrides: list[str], n: int, roots: Roots, set_up: bool = True
+) -> dict[str, Any]:
+    """A dataset's first rows rendered as the model sees them, with token counts and a length histogram.
+
+    Only a data file inside ``roots`` is read. Without ``set_up`` (a read-only UI) no local plugin is
+    imported and no plugin set up: a config naming local plugins is not loaded, and prompts are
+    rendered without the tools' schemas."""
     from rlfcore.config import ConfigError, load_config
     from rlfcore.data import read_rows
 
     try:
+        if not set_up:
+            refuse_local_plugins(cfg.read_text(errors="replace"))
         config, _ = load_config(cfg, overrides)
+    except Refused as exc:
+        return {"error": str(exc)}
     except ConfigError as exc:
         return {"error": exc.render()}
     except Exception as exc:
@@ -30,6 +41,11 @@ def preview(bench: ToolBench, cfg: Path, overrides: list[str], n: int) -> dict[s
     if not data:
         return {"error": "the config names no data: set data.train or data.eval"}
     path = config.path(data)
+    if not roots.holds(path):
+        return {
+            "error": f"data file {path} is outside the folders this UI serves ({roots.describe()}); "
+            "add its folder with --root"
+        }
     out: dict[str, Any] = {
         "path": str(path),
         "rows": [],
@@ -52,10 +68,13 @@ def preview(bench: ToolBench, cfg: Path, overrides: list[str], n: int) -> dict[s
             tok = load_chat_tokenizer(str(where))
     out["tokenizer"] = str(model) if tok else None
     runtime = None
-    try:
-        runtime = bench.runtime(cfg) if not overrides else None
-    except Exception as exc:
-        out["tools_error"] = explain(exc)
+    if not set_up:
+        out["tools_error"] = "read-only: plugins are not set up, so prompts are rendered (and counted) without tools"
+    elif not overrides:
+        try:
+            runtime = bench.runtime(cfg)
+        except Exception as exc:
+            out["tools_error"] = explain(exc)
     lengths = []
     for k, row in enumerate(rows):
         schemas = (
@@ -89,11 +108,18 @@ def histogram(values: list[int], bins: int = 12) -> list[tuple[str, int]]:
     return [(f"{lo + b * width}-{lo + (b + 1) * width - 1}", counts.get(b, 0)) for b in range((hi - lo) // width + 1)]
 
 
-def validate(text: str, overrides: list[str]) -> tuple[list[dict[str, str]], str | None]:
-    """Every mistake of a config's YAML text, at its dotted path; or none and the resolved config."""
+def validate(text: str, overrides: list[str], source: Path) -> tuple[list[dict[str, str]], str | None]:
+    """Every mistake of a config's YAML text, at its dotted path; or none and the resolved config.
+
+    The text is loaded as if it were the file ``source``: from a copy headed by ``source``'s name (unless
+    it is a run's saved copy, headed already), so its relative paths start where a file's would and
+    where the UI's folder check counted them, never in the UI's working folder."""
+    import tempfile
+
     import yaml
 
     from rlfcore.config import ConfigError, load_config
+    from rlfcore.paths import recorded_source, source_header
 
     try:
         data = yaml.safe_load(text) or {}
@@ -104,7 +130,10 @@ def validate(text: str, overrides: list[str]) -> tuple[list[dict[str, str]], str
     if not isinstance(data, dict):
         return [{"path": "(top level)", "message": f"expected a mapping of settings, got {type(data).__name__}"}], None
     try:
-        cfg, _ = load_config(data, overrides)
+        with tempfile.TemporaryDirectory(prefix="rlf-ui-validate-") as folder:
+            copy = Path(folder) / "config.yaml"
+            copy.write_text(text if recorded_source(text) else source_header(source) + text)
+            cfg, _ = load_config(copy, overrides)
     except ConfigError as exc:
         return [{"path": i.path or "(top level)", "message": i.message} for i in exc.issues], None
     except Exception as exc:

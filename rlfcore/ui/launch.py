@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rlfcore.ui.runs import LAUNCH_FILE, read_json
+from rlfcore.rundata.files import read_json
+from rlfcore.ui.runs import LAUNCH_FILE
 
 LOG_FILE = "ui.log"
 
@@ -148,6 +149,7 @@ def dry_run(config: Path, run: Path, overrides: list[str], timeout_s: float = 30
             cwd=config.parent,
             timeout=timeout_s,
             env={**os.environ, "TERM": "dumb"},
+            check=False,  # its exit code is returned, with the output
         )
     except subprocess.TimeoutExpired as exc:
         partial = exc.stdout.decode(errors="replace") if isinstance(exc.stdout, bytes) else exc.stdout or ""

@@ -21,6 +21,11 @@ from rlfcore.ui.samples import SampleFiles, SampleIndex, eval_outputs
 LIVE_WINDOW_S = 120.0
 """A run whose files changed this recently counts as running."""
 
+TREND_STEPS = 2
+"""Steps, at least, at each end of a run's metrics when a trend is read (else the first and last quarter)."""
+TOOL_ERRORS_HIGH, TOOL_ERRORS_RISE = 0.2, 0.1
+"""A tool error rate is warned of when, in the last steps, it is above the first and has risen by the second."""
+
 LAUNCH_FILE = "ui_launch.json"
 """Written by the launch page only: the command, its pid and, once it ended, its exit code."""
 
@@ -175,7 +180,7 @@ def _pass_at_k(index: SampleIndex, solved_at: float = 1.0) -> dict[int, float]:
     over the rows whose samples are all written; empty with one sample a row."""
     rows = [[index.entries[i].reward or 0.0 for i in group] for group in index.groups.values()]
     n = min((len(r) for r in rows), default=0)
-    if n < 2:
+    if n <= 1:
         return {}
     return {
         k: statistics.fmean(pass_at_k(len(r), sum(1 for x in r if x >= solved_at), k) for r in rows)
@@ -270,7 +275,7 @@ def log_file(path: Path) -> Path | None:
 # --- warnings ------------------------------------------------------------------------------------
 
 
-def warnings(metrics: list[dict[str, Any]], last_samples: list[dict[str, Any]], group_size: int | None) -> list[str]:
+def warnings(metrics: list[dict[str, Any]], last_samples: list[dict[str, Any]], group_size: int | None) -> list[str]:  # noqa: PLR0912 - one independent check per warning
     """What looks wrong: no reward variance, a rising tool error rate, all trajectories truncated, errors.
 
     ``group_size`` is the number of samples of a whole GRPO group (``rollout.n``; None when unknown). A
@@ -296,10 +301,10 @@ def warnings(metrics: list[dict[str, Any]], last_samples: list[dict[str, Any]], 
             "active_fraction is 0 in the last steps: in every group all samples scored alike, so GRPO learns nothing"
         )
     rates = [r for r in (_num(m.get("tool_error_rate")) for m in metrics) if r is not None]
-    if len(rates) >= 4:
-        k = max(2, len(rates) // 4)
+    if len(rates) >= 2 * TREND_STEPS:
+        k = max(TREND_STEPS, len(rates) // 4)
         early, late = statistics.fmean(rates[:k]), statistics.fmean(rates[-k:])
-        if late > 0.2 and late > early + 0.1:
+        if late > TOOL_ERRORS_HIGH and late > early + TOOL_ERRORS_RISE:
             out.append(f"tool error rate rising: {early:.2f} at the start, {late:.2f} in the last {k} steps")
     if metrics:
         last = metrics[-1]

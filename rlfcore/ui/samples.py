@@ -120,7 +120,8 @@ class SampleIndex:
         e = self.entries[i]
         with self.path.open("rb") as f:
             f.seek(e.offset)
-            return json.loads(f.read(e.length))
+            record: dict[str, Any] = json.loads(f.read(e.length))
+        return record
 
     def raw(self, i: int, chunk: int = 1 << 20) -> Iterator[bytes]:
         """Entry ``i``'s line as stored, in chunks (a line may be hundreds of megabytes)."""

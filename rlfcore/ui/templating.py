@@ -10,6 +10,7 @@ from typing import Any
 from starlette.templating import Jinja2Templates
 
 TEMPLATES = Path(__file__).parent / "templates"
+_HOUR = 3600
 
 
 def templates(poll_ms: int, csrf: str, read_only: bool) -> Jinja2Templates:
@@ -30,8 +31,8 @@ def example_arguments(schema: Any) -> str:
     placeholders = {"string": "", "integer": 0, "number": 0, "boolean": False, "array": [], "object": {}}
     props = schema.get("properties", {}) if isinstance(schema, dict) else {}
     out = {}
-    for name, spec in props.items():
-        spec = spec if isinstance(spec, dict) else {}
+    for name, given in props.items():
+        spec = given if isinstance(given, dict) else {}
         out[name] = spec["default"] if "default" in spec else placeholders.get(str(spec.get("type")), "")
     return json.dumps(out, ensure_ascii=False)
 
@@ -44,4 +45,4 @@ def dur(seconds: Any) -> str:
     if not isinstance(seconds, (int, float)):
         return "–"
     s = int(seconds)
-    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else f"{s // 60}m{s % 60:02d}s"
+    return f"{s // _HOUR}h{s % _HOUR // 60:02d}m" if s >= _HOUR else f"{s // 60}m{s % 60:02d}s"

@@ -16,9 +16,11 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import BaseModel
+from pydantic_core import to_jsonable_python
 
 from rlfcore.backends.local.lock import RunDirError
-from rlfcore.schema import RunConfig
+from rlfcore.schema import RunConfig, redacted
 
 RESUMABLE = (
     "trainer.steps",
@@ -57,19 +59,45 @@ Change = tuple[str, Any, Any]
 """A dotted path, its recorded value and its new one (``_ABSENT`` where one side lacks it)."""
 
 
-def config_changes(recorded: dict[str, Any], config: dict[str, Any]) -> list[Change]:
-    """Every leaf that differs between two resolved configs, by dotted path, in the new config's order."""
+def config_changes(recorded: dict[str, Any], config: RunConfig) -> list[Change]:
+    """Every leaf that differs between a recorded resolved config and ``config``, by dotted path, in the
+    new config's order. A setting the record lacks (written by an rlf that did not have it yet) at its
+    default is no change: the old run used that behaviour too."""
     out: list[Change] = []
 
     def walk(old: Any, new: Any, prefix: str) -> None:
+        if old is _ABSENT:
+            if new == _default(config, prefix[:-1]):
+                return
+            if isinstance(new, dict):
+                old = {}
         if isinstance(old, dict) and isinstance(new, dict):
             for key in [*new, *(k for k in old if k not in new)]:
                 walk(old.get(key, _ABSENT), new.get(key, _ABSENT), f"{prefix}{key}.")
         elif old != new:
             out.append((prefix[:-1], old, new))
 
-    walk(recorded, config, "")
+    walk(recorded, config.resolved(), "")
     return out
+
+
+def _default(config: RunConfig, name: str) -> Any:
+    """The default of the setting at dotted path ``name`` as :meth:`RunConfig.resolved` writes it, read
+    from the schema of the section that holds it (a plugin's for its own section); ``_ABSENT`` where no
+    schema names it (an entry of a free-form mapping, an unknown section)."""
+    *sections, field = name.split(".")
+    owner: Any = config
+    for part in sections:
+        if isinstance(owner, BaseModel) and part in type(owner).model_fields:
+            owner = getattr(owner, part)
+        elif owner is config and config.settings(part) is not None:
+            owner = config.settings(part)
+        else:
+            return _ABSENT
+    if not isinstance(owner, BaseModel) or field not in type(owner).model_fields:
+        return _ABSENT
+    value = type(owner).model_fields[field].get_default(call_default_factory=True)
+    return redacted({field: to_jsonable_python(value)})[field]
 
 
 def check_resume_config(run: Path, config: RunConfig, allow_change: bool) -> list[Change]:
@@ -78,7 +106,7 @@ def check_resume_config(run: Path, config: RunConfig, allow_change: bool) -> lis
     path = run / "config.yaml"
     if not path.is_file():
         return []
-    changes = config_changes(yaml.safe_load(path.read_text()) or {}, config.resolved())
+    changes = config_changes(yaml.safe_load(path.read_text()) or {}, config)
     refused = [c for c in changes if not _resumable(c[0])]
     if refused and not allow_change:
         listed = "\n".join(f"  {name}: {_show(old)} -> {_show(new)}" for name, old, new in refused)

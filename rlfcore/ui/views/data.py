@@ -16,7 +16,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 
 from rlfcore.ui import configs
 from rlfcore.ui import runs as rd
-from rlfcore.ui.allowed import Refused, check_overrides
+from rlfcore.ui.allowed import Refused, check_overrides, refuse_local_plugins
 from rlfcore.ui.context import ui_of
 from rlfcore.ui.launch import Launcher, LaunchError, dry_run
 from rlfcore.ui.params import int_param, split_overrides
@@ -27,7 +27,9 @@ async def data_page(request: Request) -> HTMLResponse:
     cfg = ui.config_path(request)
     overrides = ui.allowed_overrides(request.query_params.get("overrides", ""))
     preview = (
-        await run_in_threadpool(configs.preview, ui.bench, cfg, overrides, int_param(request, "rows", 5))
+        await run_in_threadpool(
+            configs.preview, ui.bench, cfg, overrides, int_param(request, "rows", 5), ui.roots, not ui.read_only
+        )
         if cfg
         else None
     )
@@ -44,15 +46,18 @@ async def data_page(request: Request) -> HTMLResponse:
 async def validate(request: Request) -> HTMLResponse:
     ui = ui_of(request)
     form = await request.form()
-    text = str(form.get("text", ""))
+    # Line ends as a file read gives them: the loader reads the text back from a file, header line included.
+    text = str(form.get("text", "")).replace("\r\n", "\n").replace("\r", "\n")
     raw = str(form.get("config") or "")
-    base = ui.allowed_config(raw).parent if raw else ui.root
+    source = ui.allowed_config(raw) if raw else ui.root / "config.yaml"  # typed afresh: read from the runs folder
     try:
-        ui.roots.check_text(text, base)
+        if ui.read_only:
+            refuse_local_plugins(text)
+        ui.roots.check_text(text, source)
         overrides = check_overrides(split_overrides(str(form.get("overrides", ""))))
     except Refused as exc:
         return ui.page(request, "_validation.html", issues=[{"path": "(refused)", "message": str(exc)}], resolved=None)
-    issues, resolved = await run_in_threadpool(configs.validate, text, overrides)
+    issues, resolved = await run_in_threadpool(configs.validate, text, overrides, source)
     return ui.page(request, "_validation.html", issues=issues, resolved=resolved)
 
 

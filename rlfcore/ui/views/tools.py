@@ -25,6 +25,11 @@ async def tools_page(request: Request) -> HTMLResponse:
     error, found, stats = None, {}, {}
     if cfg is None:
         error = "no config: open this page from a run, or give ?config=PATH (or start rlf ui with --config)"
+    elif ui.read_only:  # listing tools sets plugins up: imports, servers, commands
+        error = (
+            "read-only: this UI sets up no plugins (no imports, no servers), so it lists no tools; "
+            f"from a shell: rlf plugins list --config {cfg}"
+        )
     else:
         try:
             found = await run_in_threadpool(ui.bench.tools, cfg)
