@@ -8,6 +8,11 @@ once with its dotted path, the bad value and what was expected.
 
 Paths written in a config file are read from that file's folder; paths typed as overrides on a
 command line are read from the current folder, as in every CLI (:func:`typed_overrides`).
+
+:func:`validate` is what the commands call: one pass that finds every problem a command would meet
+before it starts anything (the schema, then the files it reads and the model it needs), so a config
+with several mistakes is fixed in one round and ``rlf config``, ``rlf train`` and ``rlf eval`` say the
+same words with the same exit code.
 """
 
 from __future__ import annotations
@@ -16,18 +21,22 @@ import difflib
 import json
 import os
 import typing
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
 from rlfcore.hookcall import config_schema
-from rlfcore.paths import config_dir, recorded_source
+from rlfcore.paths import config_dir, in_hub_cache, recorded_source
 from rlfcore.plugins import PluginError, PluginManager
 from rlfcore.schema import (
+    CHAT_ENGINES,
     LORA_TARGETS,
     REDACTED,
+    TRAINING_REFUSED,
     ConfigError,
     ConfigIssue,
     DataConfig,
@@ -48,6 +57,7 @@ from rlfcore.schema import (
 
 __all__ = [
     "LORA_TARGETS",
+    "Command",
     "ConfigError",
     "ConfigIssue",
     "DataConfig",
@@ -65,8 +75,10 @@ __all__ = [
     "apply_overrides",
     "load_config",
     "missing_files",
+    "model_issue",
     "read_yaml",
     "typed_overrides",
+    "validate",
 ]
 
 PATH_SETTINGS = (
@@ -76,6 +88,7 @@ PATH_SETTINGS = (
     "model.init.texts",
     "data.train",
     "data.eval",
+    "data.difficulty",
     "sft.data",
     "sft.tools",
     "local_plugins",
@@ -183,11 +196,17 @@ def _typed_path(value: Any, setting: str, here: Path) -> Any:
         suffix = f":{fn}" if fn else ""
     if setting in ("local_plugins", "agent.entry") and not value.endswith(".py"):
         return value + suffix
-    path = Path(value).expanduser()
-    hub_like = not value.startswith((".", "/", "~")) and value.count("/") == 1 and not (here / path.parts[0]).exists()
-    if setting in ("model.path", "model.tokenizer") and hub_like:
+    if setting in ("model.path", "model.tokenizer") and _hub_like(value, here):
         return value
+    path = Path(value).expanduser()
     return os.path.normpath(path if path.is_absolute() else here / path) + suffix
+
+
+def _hub_like(value: str, here: Path) -> bool:
+    """Whether a model setting may name a Hugging Face hub id: ``org/name``, with no ``org`` folder in ``here``."""
+    return (
+        not value.startswith((".", "/", "~")) and value.count("/") == 1 and not (here / Path(value).parts[0]).exists()
+    )
 
 
 def _loc_path(prefix: str, loc: tuple[Any, ...]) -> str:
@@ -231,15 +250,32 @@ def _issues_from(exc: ValidationError, model: type[BaseModel], prefix: str = "")
     return issues
 
 
-def load_config(
-    source: str | Path | dict[str, Any],
-    overrides: list[str] | None = None,
-    manager: PluginManager | None = None,
-) -> tuple[RunConfig, PluginManager]:
-    """Read, override, enable plugins and validate: a RunConfig and the manager with its plugins loaded.
+@dataclass
+class _Reading:
+    """What reading a config found: the config (its ``invalid`` top-level settings at their defaults;
+    ``None`` when even so it cannot be read), the manager with its plugins loaded, and every issue."""
 
-    Raises ConfigError with every mistake found, or PluginError when an enabled plugin fails to load.
-    """
+    config: RunConfig | None
+    manager: PluginManager
+    issues: list[ConfigIssue]
+    invalid: set[str]
+    label: str
+
+    def valid(self, *sections: str) -> bool:
+        """Whether a check reading ``sections`` can run: the config was read and none of them failed."""
+        return self.config is not None and not self.invalid.intersection(sections)
+
+    def check(self, sections: tuple[str, ...], found: Callable[[RunConfig], list[ConfigIssue]]) -> None:
+        """Add the issues ``found`` gives, unless a section it reads failed the schema."""
+        if self.config is not None and not self.invalid.intersection(sections):
+            self.issues += found(self.config)
+
+
+def _read(  # noqa: PLR0912, PLR0915 - the reading's steps in order, each collecting its issues
+    source: str | Path | dict[str, Any], overrides: list[str] | None, manager: PluginManager | None
+) -> _Reading:
+    """Read, override, enable plugins, validate, and check what needs only the config: every issue, raising
+    none (but for an unreadable file, which leaves nothing to check)."""
     origin: Path | None = None
     if isinstance(source, dict):
         data, label, base = dict(source), "config", Path.cwd()
@@ -306,41 +342,187 @@ def load_config(
             )
             data.pop(key)
 
-    config: RunConfig | None = None
+    config, invalid, core_issues = _core(data)
+    if config is not None:
+        config._settings = settings
+        config._source = None if isinstance(source, dict) else (origin or Path(source))
+    reading = _Reading(config, manager, issues + core_issues, invalid, label)
+    reading.check(("plugins", "local_plugins", "envs", "data"), lambda c: _check_envs(c, manager))
+    reading.check(("engine",), _check_key_env)
+    reading.check(("trainer",), _check_loggers)
+    return reading
+
+
+def _core(data: dict[str, Any]) -> tuple[RunConfig | None, set[str], list[ConfigIssue]]:
+    """The core settings validated: the config, the top-level settings that failed, and their issues.
+    When some failed, the config is read again with those at their defaults, so the checks of the
+    sections that passed still run; ``None`` when even that fails (a rule across sections)."""
     try:
-        config = RunConfig.model_validate(data)
+        return RunConfig.model_validate(data), set(), []
     except ValidationError as exc:
-        core_issues = _issues_from(exc, RunConfig)
-        for issue in core_issues:
+        issues = _issues_from(exc, RunConfig)
+        for issue in issues:
             if issue.message.startswith("unknown key") and "." not in issue.path:
                 issue.message = (
                     "unknown key: neither a core setting nor an enabled plugin's section"
                     + (issue.message[len("unknown key") :])
                 )
-        issues += core_issues
+        errors = exc.errors()
+    invalid = {str(err["loc"][0]) for err in errors if err["loc"]}
+    if any(not err["loc"] for err in errors):
+        return None, invalid, issues
+    try:
+        return RunConfig.model_validate({k: v for k, v in data.items() if k not in invalid}), invalid, issues
+    except ValidationError:
+        return None, invalid, issues
+
+
+def load_config(
+    source: str | Path | dict[str, Any],
+    overrides: list[str] | None = None,
+    manager: PluginManager | None = None,
+) -> tuple[RunConfig, PluginManager]:
+    """Read, override, enable plugins and validate: a RunConfig and the manager with its plugins loaded.
+
+    Raises ConfigError with every mistake found, or PluginError when an enabled plugin fails to load.
+    A command checks more (the files it reads, the model it needs) through :func:`validate`.
+    """
+    reading = _read(source, overrides, manager)
+    if reading.issues or reading.config is None:
+        raise ConfigError(reading.issues, source=reading.label)
+    return reading.config, reading.manager
+
+
+Command = Literal["config", "train", "sft", "eval"]
+"""The commands :func:`validate` checks a config for: each reads its own files and needs its own model."""
+
+
+def validate(
+    source: str | Path,
+    overrides: list[str] | None = None,
+    command: Command = "config",
+    backend: str = "local",
+    warn: Callable[[ConfigIssue], None] | None = None,
+) -> tuple[RunConfig, PluginManager]:
+    """Every problem ``command`` would meet with this config, found before it starts anything and raised
+    as one ConfigError: :func:`load_config`'s (the schema first, then plugins, environments, keys and
+    trackers), then :func:`missing_files` and :func:`model_issue`. A check that reads a section that
+    failed the schema is skipped; the others still run, so one round shows every mistake.
+
+    ``rlf config`` (``command="config"``) gives a missing model to ``warn`` instead: it cannot tell a
+    config meant for ``--backend verl`` (which downloads a hub model) or a served engine from a local run.
+    """
+    reading = _read(source, overrides, None)
+    config = reading.config
     if config is not None:
-        config._settings = settings
-        config._source = None if isinstance(source, dict) else (origin or Path(source))
-        issues += _check_envs(config, manager)
-        issues += _check_key_env(config)
-        issues += _check_loggers(config)
-    if issues:
-        raise ConfigError(issues, source=label)
-    assert config is not None
-    return config, manager
+        reading.issues += missing_files(config, command, backend, skip=reading.invalid)
+        if command == "train":
+            reading.check(("engine",), _check_chat_engine)
+        need = _model_need(config, command, backend)
+        sections = ("model",) if command in ("train", "sft") else ("model", "engine")
+        issue = model_issue(config, need) if need is not None and reading.valid(*sections) else None
+        if issue is not None and command != "config":
+            reading.issues.append(issue)
+        elif issue is not None and warn is not None and (config.model.tokenizer or config.model.path):
+            warn(issue)  # a model named but not found; rlf config says nothing of one not named
+    if reading.issues or config is None:
+        raise ConfigError(reading.issues, source=reading.label)
+    return config, reading.manager
 
 
-def missing_files(config: RunConfig) -> list[ConfigIssue]:
-    """The data files a config names that do not exist (each read relative to the config's folder)."""
-    named = [("data.train", config.data.train), ("data.eval", config.data.eval), ("sft.data", config.sft.data)]
-    if config.model.init is not None and not config.path(config.model.path or ".").joinpath("config.json").exists():
-        named += [(f"model.init.texts[{i}]", t) for i, t in enumerate(config.model.init.texts)]
+def missing_files(
+    config: RunConfig, command: Command = "config", backend: str = "local", skip: Collection[str] = ()
+) -> list[ConfigIssue]:
+    """The files ``command`` reads that do not exist (each read relative to the config's folder), and the
+    one it cannot run without when it is not set; settings under a section of ``skip`` are not looked at."""
     issues = []
-    for key, value in named:
-        if value and not config.path(value).exists():
-            how = "" if Path(value).is_absolute() else " (read relative to the config's folder)"
-            issues.append(ConfigIssue(path=key, message=f"no such file: {config.path(value)}{how}"))
+    for key, value in _files_read(config, command, backend):
+        if key.split(".")[0] in skip:
+            continue
+        if not value:
+            reads = (
+                "rlf eval reads its rows from data.eval (or data.train)"
+                if command == "eval"
+                else f"rlf {command} reads it"
+            )
+            issues.append(ConfigIssue(path=key, message=f"not set: {reads}"))
+        elif not (config.path(value).is_dir() if key == "model.init.tokenizer" else config.path(value).exists()):
+            how = "" if Path(value).expanduser().is_absolute() else " (read relative to the config's folder)"
+            what = "folder" if key == "model.init.tokenizer" else "file"
+            issues.append(ConfigIssue(path=key, message=f"no such {what}: {config.path(value)}{how}"))
     return issues
+
+
+def _files_read(config: RunConfig, command: Command, backend: str) -> list[tuple[str, str | None]]:
+    """Each file setting ``command`` reads and its value: those set, and the one it needs even when unset
+    (``data.train`` to train, ``sft.data`` for ``rlf sft``, ``data.eval`` or ``data.train`` to evaluate).
+    ``rlf config`` looks at every one that is set."""
+    data, sft, init = config.data, config.sft, config.model.init
+    if command == "eval":
+        return [("data.eval", data.eval)] if data.eval or not data.train else [("data.train", data.train)]
+    named: list[tuple[str, str | None]] = []
+    if command != "sft":
+        named += [("data.train", data.train), ("data.difficulty", data.difficulty)]
+    if command == "config" or backend == "verl":
+        named.append(("data.eval", data.eval))
+    if command != "train" or sft.steps:
+        named += [("sft.data", sft.data), ("sft.tools", sft.tools)]
+    if init is not None and not config.path(config.model.path or ".").joinpath("config.json").exists():
+        named += [("model.init.tokenizer", init.tokenizer)] if init.tokenizer else []
+        named += [(f"model.init.texts[{i}]", t) for i, t in enumerate(init.texts)]
+    needed = {"train": "data.train", "sft": "sft.data"}.get(command)
+    return [(key, value) for key, value in named if value or key == needed]
+
+
+ModelNeed = Literal["weights", "tokenizer"]
+
+
+def _model_need(config: RunConfig, command: Command, backend: str) -> ModelNeed | None:
+    """What of the model ``command`` reads: training the weights at ``model.path`` (verl fetches its own),
+    ``rlf eval`` the tokenizer (none for a chat engine, which sends messages); ``rlf config`` as the
+    engine would."""
+
+    if command in ("train", "sft"):
+        return "weights" if backend == "local" else None
+    if config.engine.name in CHAT_ENGINES:
+        return None
+    return "tokenizer" if command == "eval" or config.engine.name != "transformers" else "weights"
+
+
+def model_issue(config: RunConfig, need: ModelNeed) -> ConfigIssue | None:
+    """The model a command cannot find, in the same words in every command. ``weights``: a model folder
+    at ``model.path`` (``config.json`` in it), or ``model.init`` to build one there, as training needs;
+    ``tokenizer``: the folder of ``model.tokenizer`` or ``model.path``, or a hub id in the local Hugging
+    Face cache, as ``rlf eval`` needs."""
+    key = "model.tokenizer" if need == "tokenizer" and config.model.tokenizer else "model.path"
+    value = config.model.tokenizer if key == "model.tokenizer" else config.model.path
+    if not value:
+        message = "not set: name the folder of a Hugging Face model (weights, tokenizer, chat template)"
+        return ConfigIssue(path="model.path", message=message)
+    path, hub = config.path(value), _hub_like(value, config.base_dir)
+    if need == "weights" and ((path / "config.json").is_file() or config.model.init is not None):
+        return None
+    if need == "tokenizer" and path.is_dir():
+        return None
+    if need == "tokenizer" and hub and in_hub_cache(value):
+        return None
+    typed = Path(value).expanduser().is_absolute()  # a path typed on the command line arrives absolute
+    given = (
+        f"{value!r}"
+        if typed
+        else f"{value!r}, read relative to the config's folder (one typed on the command line is not)"
+    )
+    found = f"{path} holds no model, no config.json ({given})" if path.is_dir() else f"no folder {path} ({given})"
+    if key == "model.tokenizer":
+        fix = ""
+    elif config.model.init is None:
+        fix = ", and no model.init to build one there"
+    else:  # a checkpoint's folder typed by hand is not one to build
+        fix = "" if typed else "; model.init describes one: build it with `rlf init-model CONFIG` (or `rlf train`)"
+    if hub:
+        cache = ", nor a model in the local Hugging Face cache" if need == "tokenizer" else ""
+        fix += f"{cache}; rlf downloads no model (a hub id is for --backend verl)"
+    return ConfigIssue(path=key, message=found + fix)
 
 
 def _redacted_values(data: Any, prefix: str = "") -> list[ConfigIssue]:
@@ -378,6 +560,13 @@ def _check_loggers(config: RunConfig) -> list[ConfigIssue]:
 
     found = ((i, missing_tracker(name)) for i, name in enumerate(config.trainer.loggers))
     return [ConfigIssue(path=f"trainer.loggers[{i}]", message=problem) for i, problem in found if problem]
+
+
+def _check_chat_engine(config: RunConfig) -> list[ConfigIssue]:
+    """Training with a chat engine, which returns text and no token ids (:data:`TRAINING_REFUSED`)."""
+
+    name = config.engine.name
+    return [ConfigIssue(path="engine.name", message=TRAINING_REFUSED.format(name=name))] if name in CHAT_ENGINES else []
 
 
 def _check_envs(config: RunConfig, manager: PluginManager) -> list[ConfigIssue]:

@@ -20,6 +20,9 @@ readme = "README.md"
 requires-python = ">=3.10"
 dependencies = ["rlfcore"]
 
+[project.optional-dependencies]
+test = ["pytest>=8"]
+
 [project.entry-points.rlf]
 {name} = "{package}.plugin"
 
@@ -37,8 +40,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from rlfcore import Example, Sample, Score, SetupContext, Tool, hookimpl
-from rlfcore.tools import tool
+from rlfcore import Example, Sample, Score, SetupContext, Tool, hookimpl, tool
 
 
 class Settings(BaseModel):
@@ -56,7 +58,7 @@ def register_config_schema() -> type[BaseModel]:
 
 @hookimpl
 def register_tools(ctx: SetupContext) -> list[Tool]:
-    settings = ctx.settings if isinstance(ctx.settings, Settings) else Settings()
+    settings = ctx.settings_as(Settings)
 
     @tool
     def greet(name: str) -> str:
@@ -112,8 +114,8 @@ README = """\
 An [rlf](https://pypi.org/project/rlfcore/) plugin: a `greet` tool and a reward for greeting by name.
 
 ```bash
-pip install -e .
-rlf plugins list        # shows {name}
+pip install -e '.[test]'  # the plugin, and pytest for its tests
+rlf plugins list          # shows {name}
 rlf plugins check {name}
 pytest
 ```

@@ -11,13 +11,19 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_rlf(*args: str, site: Path | None = None, env: dict[str, str] | None = None, cwd: Path | None = None):
+def run_rlf(
+    *args: str,
+    site: Path | None = None,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout: float = 300,
+):
     """Run ``python -m rlfcore ARGS`` in a fresh process, with ``site`` (installed plugins) on the path."""
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("RLF_")}
     full_env["PYTHONPATH"] = os.pathsep.join(p for p in (str(site) if site else "", str(ROOT)) if p)
     full_env.update(env or {})
     return subprocess.run(
-        [sys.executable, "-m", "rlfcore", *args], capture_output=True, text=True, env=full_env, cwd=cwd, timeout=300
+        [sys.executable, "-m", "rlfcore", *args], capture_output=True, text=True, env=full_env, cwd=cwd, timeout=timeout
     )
 
 

@@ -43,6 +43,21 @@ def test_rlf_config_reads_a_typed_path_from_the_current_folder_and_the_files_fro
     assert f"data.eval: no such file: {tmp_path / 'gone.jsonl'}\n" in gone.stderr  # where it was typed
 
 
+def test_a_typed_difficulty_file_is_the_shells_as_rlf_eval_writes_it(tmp_path):
+    """``rlf eval --difficulty runs/q.jsonl`` writes from the current folder; data.difficulty typed after
+    it reads from there too, and a missing one is an error naming where it was looked for."""
+    _project(tmp_path)
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / "q.jsonl").write_text(json.dumps({"id": "q", "solve_rate": 0.5}) + "\n")
+    drop = "data.drop_solved_at_least=1"
+    out = run_rlf("config", "project/run.yaml", "data.difficulty=runs/q.jsonl", drop, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert yaml.safe_load(out.stdout)["data"]["difficulty"] == str(tmp_path / "runs" / "q.jsonl")
+    gone = run_rlf("config", "project/run.yaml", "data.difficulty=runs/gone.jsonl", drop, cwd=tmp_path)
+    assert gone.returncode == 2
+    assert f"data.difficulty: no such file: {tmp_path / 'runs' / 'gone.jsonl'}\n" in gone.stderr
+
+
 @pytest.mark.slow
 def test_rlf_init_model_builds_at_a_typed_model_path_under_the_current_folder(tmp_path):
     _project(tmp_path)
@@ -63,6 +78,7 @@ def test_typed_overrides_make_paths_absolute_and_leave_everything_else(tmp_path)
         "data.eval=~/rows.jsonl",
         "trainer.steps=3",
         "sft.data=/already/absolute.jsonl",
+        "data.difficulty=runs/q.difficulty.jsonl",
     ]
     typed = dict(item.split("=", 1) for item in typed_overrides(given, tmp_path))
     values = {key: yaml.safe_load(value) for key, value in typed.items()}
@@ -73,6 +89,7 @@ def test_typed_overrides_make_paths_absolute_and_leave_everything_else(tmp_path)
     assert values["agent.entry"] == f"{tmp_path / 'agent.py'}:run"
     assert values["model.init.texts"] == [str(tmp_path.parent / "up.jsonl")]
     assert values["data.eval"] == os.path.expanduser("~/rows.jsonl")
+    assert values["data.difficulty"] == str(tmp_path / "runs/q.difficulty.jsonl")
     assert typed["trainer.steps"] == "3" and typed["sft.data"] == "/already/absolute.jsonl"  # as given
 
 

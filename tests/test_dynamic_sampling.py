@@ -31,7 +31,7 @@ class PaysForA:
         return float(sample.response.startswith("A"))
 
 
-def _policy(request_id: str, prompt: str) -> str:
+def _policy(request_id: str, _prompt: str) -> str:
     row, k = request_id.rsplit("#", 1)
     return "A" if row in VARIED and int(k) % 2 == 0 else "B"
 
@@ -107,12 +107,13 @@ def _zero_variance(run: Path) -> list[tuple[int, int]]:
     return [(m["zero_variance_groups"], m["resampled_groups"]) for m in metrics]
 
 
+@pytest.mark.slow
 def test_dynamic_sampling_on_the_calculator_trains_on_fewer_zero_variance_groups(tmp_path: Path):
     pytest.importorskip("rlf_mcp", reason="rlf-mcp is not installed (pip install -e plugins/rlf-mcp)")
     for name in ("run.yaml", "questions.jsonl", "demos.jsonl"):
         shutil.copy(ROOT / "examples" / "calculator" / name, tmp_path / name)
     small = ["model.init.hidden_size=64", "model.init.num_layers=2", "model.init.intermediate_size=128"]
-    sft = run_rlf("sft", "run.yaml", "--run-dir", "sft", "sft.steps=150", *small, cwd=tmp_path)
+    sft = run_rlf("sft", "run.yaml", "--run-dir", "sft", "sft.steps=150", *small, cwd=tmp_path, timeout=900)
     assert sft.returncode == 0, sft.stdout[-3000:] + sft.stderr[-3000:]
     model = "model.path=sft/checkpoints/sft/model"
     figures = {}
@@ -127,6 +128,7 @@ def test_dynamic_sampling_on_the_calculator_trains_on_fewer_zero_variance_groups
             "--run-dir",
             f"grpo{budget}",
             cwd=tmp_path,
+            timeout=900,
         )
         assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
         figures[budget] = _zero_variance(tmp_path / f"grpo{budget}")

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
+
+if TYPE_CHECKING:
+    from rlfcore.schema import RunConfig
 
 GREEDY = ["rollout.n=1", "rollout.sampling.temperature=0"]
 """What ``--greedy`` sets: one sample per row, argmax decoding."""
@@ -45,7 +48,7 @@ GREEDY = ["rollout.n=1", "rollout.sampling.temperature=0"]
     "OUT's name with .difficulty.jsonl.",
 )
 @click.pass_context
-def eval_command(
+def eval_command(  # noqa: PLR0915 - the command's steps in order
     ctx: click.Context,
     config_path: str,
     overrides: tuple[str, ...],
@@ -59,30 +62,28 @@ def eval_command(
 ) -> None:
     """Roll out the rows of data.eval (or data.train) and score them: one JSON line per trajectory,
     then a summary table. Exits 1 when every trajectory failed (endpoint down, a broken scorer)."""
-    from rlfcore.config import load_config, typed_overrides
+    from rlfcore.config import typed_overrides, validate
     from rlfcore.data import read_rows
     from rlfcore.evaluation import default_out, difficulty_out, evaluate, row_profiles, write_profiles
     from rlfcore.failures import RunFailed, check_not_all_failed, error_summary
     from rlfcore.runloop import RunLoop
-    from rlfcore.runtime import Runtime, model_source
+    from rlfcore.runtime import Runtime
 
     if greedy and repeats is not None and repeats > 1:
         raise click.UsageError("--greedy decodes one argmax sample per row: drop it to sample --repeats times")
     wanted = (GREEDY if greedy else []) + list(overrides) + ([f"engine.name={engine}"] if engine else [])
     wanted += [f"rollout.n={repeats}"] if repeats is not None else []
-    config, manager = load_config(config_path, typed_overrides(wanted))
-    if _needs_tokenizer(config.engine.name):
-        model_source(config)  # a missing model fails here, before any MCP server starts
+    # Every problem at once (the data, the model included), before any MCP server starts or a file is written.
+    config, manager = validate(config_path, typed_overrides(wanted), "eval")
     data = config.data.eval or config.data.train
-    if not data:
-        raise click.UsageError("the config names no dataset: set data.eval (or data.train)")
+    assert data is not None  # validate requires one
     rows = read_rows(config.path(data), limit=limit)
     out_path = Path(out) if out else default_out(config_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     profile_path = Path(difficulty_path) if difficulty_path else difficulty_out(out_path) if repeats else None
     debug = bool((ctx.find_root().obj or {}).get("debug"))
 
-    async def main() -> tuple[list[Any], dict]:
+    async def main() -> tuple[list[Any], dict[str, Any]]:
         runtime = await Runtime.create(config, manager)
         try:
             tokenizer = runtime.tokenizer() if _needs_tokenizer(config.engine.name) else None
@@ -108,7 +109,7 @@ def eval_command(
         profile_path = None  # rows that only failed are not hard: no file that would drop them as never solved
     if profile_path is not None:
         write_profiles(profile_path, row_profiles(trajectories, solved_at), solved_at)
-    _print_summary(summary, out_path, profile_path)
+    _print_summary(summary, out_path, profile_path, checked=_template_checked(config))
     line = error_summary(trajectories)
     if line:
         click.secho(f"errors: {line}", fg="yellow", err=True)
@@ -123,7 +124,7 @@ def eval_command(
 
 def _needs_tokenizer(engine: str) -> bool:
     """A chat-completions engine sends messages, not token ids: it needs no local tokenizer."""
-    from rlfcore.engines.chat import CHAT_ENGINES
+    from rlfcore.schema import CHAT_ENGINES
 
     return engine not in CHAT_ENGINES
 
@@ -182,7 +183,13 @@ def _print_tracebacks(trajectories: list[Any]) -> None:
         click.echo(f"traceback of the first reward error ({reward.id}):\n{reward.reward_traceback}", err=True)
 
 
-def _print_summary(summary: dict, out_path: Path, profile_path: Path | None) -> None:
+def _template_checked(config: RunConfig) -> bool:
+    """Whether the trajectories' tokens were compared with a full rendering (``rollout.check_template``);
+    a chat engine builds no tokens to compare."""
+    return bool(config.rollout.check_template) and _needs_tokenizer(config.engine.name)
+
+
+def _print_summary(summary: dict[str, Any], out_path: Path, profile_path: Path | None, checked: bool) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -199,6 +206,8 @@ def _print_summary(summary: dict, out_path: Path, profile_path: Path | None) -> 
     table.add_row("tool error rate", f"{summary['tool_error_rate']:.3f}")
     table.add_row("turns / trajectory", f"{summary['turns_per_trajectory']:.2f}")
     table.add_row("stop reasons", ", ".join(f"{k} {v}" for k, v in summary["stop_reasons"].items()))
+    if checked:  # docs/models.md: a mismatch on a tool turn is the loop's bug; on the model's own, its tokens
+        table.add_row("template mismatches", str(summary["template_mismatches"]))
     if summary["reward_errors"]:
         table.add_row("reward errors", str(summary["reward_errors"]))
     for cause, n in summary.get("errors", {}).items():

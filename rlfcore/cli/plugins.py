@@ -95,4 +95,4 @@ def new_plugin(name: str, directory: str | None) -> None:
     except (ValueError, FileExistsError) as exc:
         raise click.UsageError(str(exc)) from None
     click.echo(f"Wrote plugin '{name}' to {target}")
-    click.echo(f"Next: pip install -e {target} && rlf plugins check {name} && pytest {target}")
+    click.echo(f"Next: pip install -e '{target}[test]' && rlf plugins check {name} && pytest {target}")

@@ -167,7 +167,7 @@ def train(
     from rlfcore.backends import get_backend
     from rlfcore.backends.base import BackendError, ClusterOptions, TrainRequest
     from rlfcore.backends.local.lock import RunDirError
-    from rlfcore.config import typed_overrides
+    from rlfcore.config import typed_overrides, validate
 
     if config_path is not None and "=" in config_path and not Path(config_path).is_file():
         overrides = (config_path, *overrides)  # `--run-dir RUN --resume key=value`: no CONFIG
@@ -181,11 +181,13 @@ def train(
         config_path = _resumed_config(Path(run_dir), config_path)
     elif config_path is None:
         raise click.UsageError("Missing argument 'CONFIG': the run config to train with (a YAML file)")
+    typed = typed_overrides(overrides)
+    validate(config_path, typed, "train", backend)  # every problem at once, before a run folder is named or made
     cluster = ClusterOptions(gpus_per_node, nodes, ray_address, rollout, tensor_parallel)
     request = TrainRequest(
         config_path,
         _run_path(config_path, run_dir),
-        typed_overrides(overrides),
+        typed,
         ctx.meta.get("raw_overrides", []),
         resume,
         Path(resume_from) if resume_from else None,
@@ -240,10 +242,11 @@ def _resumed_config(run: Path, config_path: str | None) -> str:
 )
 def sft(config_path: str, overrides: tuple[str, ...], run_dir: str | None) -> None:
     """Supervised warm start on sft.data (JSONL of conversations), loss on assistant tokens only."""
-    from rlfcore.backends.local.run import RunDirError, sft_only
-    from rlfcore.config import load_config, typed_overrides
+    from rlfcore.backends.local.lock import RunDirError
+    from rlfcore.backends.local.run import sft_only
+    from rlfcore.config import typed_overrides, validate
 
-    config, manager = load_config(config_path, typed_overrides(overrides))
+    config, manager = validate(config_path, typed_overrides(overrides), "sft")
     path = _run_path(config_path, run_dir)
     try:
         with _Bar(config) as bar:

@@ -70,7 +70,7 @@ def ui(
     try:
         import uvicorn
 
-        from rlfcore.ui.access import new_token
+        from rlfcore.ui.access import MIN_TOKEN_CHARS, new_token
         from rlfcore.ui.app import create_app
     except ImportError as exc:
         raise click.ClickException(
@@ -79,8 +79,8 @@ def ui(
     root = Path(runs_dir)
     if not root.is_dir():
         raise click.ClickException(f"no such folder: {root} (give the folder your runs are written to)")
-    if token is not None and len(token) < 16:
-        raise click.BadParameter("must be at least 16 characters", param_hint="--token")
+    if token is not None and len(token) < MIN_TOKEN_CHARS:
+        raise click.BadParameter(f"must be at least {MIN_TOKEN_CHARS} characters", param_hint="--token")
     if host not in ("127.0.0.1", "localhost", "::1"):
         click.secho(
             f"warning: serving on {host}: anyone who can reach it and holds the token can launch runs and call tools",

@@ -73,7 +73,7 @@ def _f1(prediction: str, gold: str) -> float:
 def extract_answer(response: str, require_tags: bool) -> str | None:
     """The last ``<answer>...</answer>`` of a response; without one, the response minus its
     ``<think>`` blocks, or ``None`` when ``require_tags`` (Search-R1 scores untagged answers 0)."""
-    found = _ANSWER.findall(response)
+    found: list[str] = _ANSWER.findall(response)  # one group: each match is its text
     if found:
         return found[-1].strip()
     if require_tags:

@@ -5,9 +5,17 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
+
+if TYPE_CHECKING:  # the commands' click.Choice options hold their values to these Literals
+    from rlf_deepsearch.dense import Kind
+    from rlf_deepsearch.search import LocalIndex, Retriever
+
+_Command = TypeVar("_Command", bound=Callable[..., Any])
 
 _corpus = click.option(
     "--corpus",
@@ -25,7 +33,7 @@ _k1 = click.option("--k1", default=1.5, show_default=True, type=float, help="BM2
 _b = click.option("--b", default=0.75, show_default=True, type=float, help="BM25 b.")
 
 
-def _retrieval(f):
+def _retrieval(f: _Command) -> _Command:
     """--retriever, --encoder and --index-kind, as the deepsearch settings of the same names."""
     f = click.option(
         "--index-kind",
@@ -55,17 +63,17 @@ def _open_index(
     stemmer: str,
     k1: float,
     b: float,
-    retriever: str = "bm25",
+    retriever: Retriever = "bm25",
     encoder: str | None = None,
-    index_kind: str = "flat",
+    index_kind: Kind = "flat",
     rebuild: bool = False,
-):
+) -> LocalIndex:
     from rlf_deepsearch.index import IndexParams
     from rlf_deepsearch.search import open_local
 
     params = IndexParams(k1=k1, b=b, stemmer=None if stemmer.lower() == "none" else stemmer)
     start = time.perf_counter()
-    index = open_local(corpus, retriever, index_dir, params, encoder, index_kind, rebuild)  # type: ignore[arg-type]
+    index = open_local(corpus, retriever, index_dir, params, encoder, index_kind, rebuild)
     click.echo(
         f"rlf-deepsearch: {len(index)} passages indexed ({retriever}), ready in {time.perf_counter() - start:.1f} s",
         err=True,
@@ -113,9 +121,9 @@ def serve(
     host: str,
     port: int,
     topk: int,
-    retriever: str,
+    retriever: Retriever,
     encoder: str,
-    index_kind: str,
+    index_kind: Kind,
     stemmer: str,
     k1: float,
     b: float,
@@ -155,9 +163,9 @@ def serve(
 def index(
     corpus: Path,
     index_dir: Path | None,
-    retriever: str,
+    retriever: Retriever,
     encoder: str,
-    index_kind: str,
+    index_kind: Kind,
     stemmer: str,
     k1: float,
     b: float,

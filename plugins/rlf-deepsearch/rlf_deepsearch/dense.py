@@ -18,8 +18,10 @@ import importlib.metadata
 import importlib.util
 import os
 import shlex
+import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -35,6 +37,11 @@ Kind = Literal["flat", "hnsw"]
 KINDS = ("flat", "hnsw")
 HNSW_M = 32  # links per vector: FAISS's usual choice between memory and recall
 HNSW_EF_SEARCH = 128  # candidates an HNSW search keeps; at least the k asked for
+CHUNK_BATCHES = 16  # encoder batches per progress report (the encoder sorts each chunk's texts by length)
+PROGRESS_EVERY_S = 10.0  # at most one progress line per this many seconds (and always the first and last)
+
+Progress = Callable[[int, int], None]
+"""Told (passages encoded, passages in all) as a build encodes: first with 0, last with the total."""
 
 
 def require_dense() -> None:
@@ -121,6 +128,40 @@ def load_encoder(folder: Path) -> Any:
     return SentenceTransformer(str(folder), device="cpu", local_files_only=True)
 
 
+def stderr_progress(label: str, every_s: float = PROGRESS_EVERY_S) -> Progress:
+    """Progress lines on stderr, ``label: encoded N/M passages (P%, T s)``, at most one per ``every_s``
+    seconds besides the first and the last: encoding a large corpus takes minutes and would otherwise
+    look hung."""
+    start = time.monotonic()
+    last = -float("inf")
+
+    def report(done: int, total: int) -> None:
+        nonlocal last
+        now = time.monotonic()
+        if 0 < done < total and now - last < every_s:
+            return
+        last = now
+        print(
+            f"{label}: encoded {done}/{total} passages ({100 * done // max(total, 1)}%, {now - start:.0f} s)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    return report
+
+
+def encode_passages(model: Any, texts: list[str], batch_size: int, progress: Progress) -> np.ndarray:
+    """The normalised vectors of ``texts``, encoded a few batches at a time so ``progress`` hears of each step."""
+    progress(0, len(texts))
+    chunk = batch_size * CHUNK_BATCHES
+    parts: list[np.ndarray] = []
+    for start in range(0, len(texts), chunk):
+        part = texts[start : start + chunk]
+        parts.append(model.encode(part, batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True))
+        progress(start + len(part), len(texts))
+    return np.concatenate(parts)
+
+
 class DenseIndex:
     """Passage vectors in FAISS and the corpus they came from; ``search`` is safe from many threads."""
 
@@ -135,7 +176,7 @@ class DenseIndex:
         return len(self.corpus)
 
     @classmethod
-    def open(
+    def open(  # noqa: PLR0915 - load the cached index or build it, in order
         cls,
         corpus_path: str | Path,
         encoder: str,
@@ -143,10 +184,12 @@ class DenseIndex:
         kind: Kind = "flat",
         batch_size: int = 64,
         rebuild: bool = False,
+        progress: Progress | None = None,
     ) -> DenseIndex:
         """Load the cached index of this corpus, encoder and kind, building and caching it first if needed
         (or if ``rebuild``, replacing the cached one). A cached index is checked against its manifest
-        first: one built from other inputs, or damaged, is a CacheError with the command that rebuilds it."""
+        first: one built from other inputs, or damaged, is a CacheError with the command that rebuilds it.
+        A build reports its encoding to ``progress`` (default: lines on stderr, :func:`stderr_progress`)."""
         require_dense()
         import faiss
 
@@ -196,7 +239,8 @@ class DenseIndex:
         if kind != "flat" and cached("flat").is_dir():  # the same vectors, already encoded: only the graph is new
             vectors = load("flat")[0].reconstruct_n(0, len(offsets))
         else:
-            vectors = model.encode(texts, batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True)
+            report = progress or stderr_progress(f"rlf-deepsearch: dense index of {path.name} ({kind})")
+            vectors = encode_passages(model, texts, batch_size, report)
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         index = (
             faiss.IndexFlatIP(dim) if kind == "flat" else faiss.IndexHNSWFlat(dim, HNSW_M, faiss.METRIC_INNER_PRODUCT)

@@ -13,6 +13,7 @@ import os
 import shutil
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -96,7 +97,7 @@ class BM25Index:
             raise CorpusError(f"no such corpus file: {path}")
         offsets: list[int] = []
 
-        def texts():
+        def texts() -> Iterator[str]:
             for offset, passage in scan(path):
                 offsets.append(offset)
                 yield f"{passage.title}\n{passage.text}" if passage.title else passage.text

@@ -22,10 +22,20 @@ import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from http import HTTPStatus
 from pathlib import Path
+from typing import TypedDict
 
 START_TIMEOUT_S = 1800.0  # a first dense build of a large corpus takes a while
 _URL = re.compile(r"serving \d+ passages at (http://\S+)")
+
+
+class _State(TypedDict):
+    """A node server's state file: where it serves, its pid, and the pids of the processes using it."""
+
+    url: str
+    pid: int
+    clients: list[int]
 
 
 def server_command(
@@ -98,7 +108,7 @@ def _healthy(url: str) -> bool:
     import httpx
 
     try:
-        return httpx.get(url.removesuffix("/retrieve") + "/health", timeout=5.0).status_code == 200
+        return httpx.get(url.removesuffix("/retrieve") + "/health", timeout=5.0).status_code == HTTPStatus.OK
     except httpx.HTTPError:
         return False
 
@@ -108,7 +118,7 @@ def attach(cmd: list[str], folder: Path) -> str:
     key = hashlib.sha256(json.dumps(cmd[1:]).encode()).hexdigest()[:16]
     state, log = folder / f"{key}.json", folder / f"{key}.log"
     with _locked(folder / f"{key}.lock"):
-        info = json.loads(state.read_text()) if state.is_file() else None
+        info: _State | None = json.loads(state.read_text()) if state.is_file() else None
         if info is None or not _alive(info["pid"]) or not _healthy(info["url"]):
             if info is not None and _alive(info["pid"]):
                 os.kill(info["pid"], signal.SIGTERM)  # alive but not answering: replace it
@@ -143,7 +153,7 @@ def detach(cmd: list[str], folder: Path) -> bool:
     with _locked(folder / f"{key}.lock"):
         if not state.is_file():
             return False
-        info = json.loads(state.read_text())
+        info: _State = json.loads(state.read_text())
         info["clients"] = [p for p in info["clients"] if _alive(p) and p != os.getpid()]
         if info["clients"]:
             state.write_text(json.dumps(info))

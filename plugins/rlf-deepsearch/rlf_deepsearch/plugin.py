@@ -22,6 +22,7 @@ from rlf_deepsearch.formats import STOP, information_observation, parse_search_r
 from rlf_deepsearch.settings import Settings, base_dir, settings_of
 from rlfcore import (
     Example,
+    Message,
     Sample,
     Score,
     ScoreContext,
@@ -39,6 +40,8 @@ from rlfcore import (
 if TYPE_CHECKING:
     import click
 
+    from rlf_deepsearch.search import RunSearcher
+
 
 @hookimpl
 def register_config_schema() -> type[BaseModel]:
@@ -53,7 +56,7 @@ def register_commands() -> dict[str, click.Command]:
     return {"deepsearch": cli}
 
 
-SEARCHER = StashKey["RunSearcher"]("deepsearch searcher")
+SEARCHER: StashKey[RunSearcher] = StashKey("deepsearch searcher")  # typed so: the search module loads numpy
 """The run's index (or retrieval client) and its batching threads: opened by ``register_tools``, closed by ``shutdown``."""
 
 
@@ -115,7 +118,7 @@ def parse_tool_calls(text: str, ctx: TurnContext) -> list[ToolCall] | None:
 
 
 @hookimpl
-def build_observation(results: list[ToolResult], ctx: TurnContext) -> list[dict] | None:
+def build_observation(results: list[ToolResult], ctx: TurnContext) -> list[Message] | None:
     if settings_of(ctx).format != "search-r1":
         return None
     return information_observation(results)

@@ -125,6 +125,13 @@ def prepare(
     parquet = out.suffix == ".parquet"
     if parquet:
         fmt = "search-r1"
+        try:  # before reading the inputs, which may be large
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+        except ImportError as exc:
+            raise PrepareError(
+                f"{out}: writing parquet needs pyarrow: pip install 'rlf-deepsearch[parquet]' (or pip install pyarrow)"
+            ) from exc
     seen: set[str] = set()
     rows: list[dict[str, Any]] = []
     for path in inputs:
@@ -141,9 +148,6 @@ def prepare(
     if parquet:
         if not rows:
             raise PrepareError(f"no records in {', '.join(map(str, inputs))}: nothing to write to {out}")
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
         pq.write_table(pa.Table.from_pylist(rows), out)
     else:
         with out.open("w") as f:

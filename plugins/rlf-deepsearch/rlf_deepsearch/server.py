@@ -92,7 +92,7 @@ class RetrievalServer(ThreadingHTTPServer):
     @property
     def url(self) -> str:
         host, port = self.server_address[:2]
-        return f"http://{host}:{port}/retrieve"
+        return f"http://{host!s}:{port}/retrieve"  # an AF_INET address: its host is a str
 
     def start(self) -> threading.Thread:
         """Serve in a daemon thread (tests, notebooks); ``shutdown()`` stops it."""
@@ -119,7 +119,7 @@ def _refuse(request: socket.socket, limit: int) -> None:
         pass
 
 
-def parse_request(body: bytes, default_topk: int) -> tuple[list[str], int, bool]:
+def parse_request(body: bytes, default_topk: int) -> tuple[list[str], int, bool]:  # noqa: PLR0912 - one check per way a request body can be malformed
     """The queries, top-k and return_scores of a ``/retrieve`` body; BadRequest names what is wrong.
 
     Every malformed body (not UTF-8, not JSON, nested past the parser's recursion limit, numbers too
@@ -190,8 +190,8 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(200, {"status": "ok", "passages": self.server.passages})
 
     def setup(self) -> None:
-        self.timeout = self.server.timeout_s  # every read and write of this connection
         super().setup()
+        self.connection.settimeout(self.server.timeout_s)  # every read and write of this connection
 
     def do_POST(self) -> None:
         if self.path.rstrip("/") != "/retrieve":

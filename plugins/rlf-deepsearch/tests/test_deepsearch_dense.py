@@ -83,7 +83,7 @@ def test_index_is_cached_by_corpus_encoder_and_kind(small, flat, monkeypatch):
     assert manifest["passages"] == len(flat) and manifest["kind"] == "flat"
     assert set(manifest["files"]) == {"index.faiss", "offsets.npy"} and manifest["identity"]["dim"] == "384"
 
-    def no_scan(path):
+    def no_scan(*_args, **_kwargs):
         raise AssertionError("a cached index must not read the corpus again")
 
     with monkeypatch.context() as m:
@@ -120,7 +120,7 @@ def test_encoder_identity_changes_with_its_files(tmp_path):
 def test_hnsw_agrees_with_flat(small, flat, monkeypatch):
     corpus, questions, cache = small
 
-    def no_encoding(*args, **kwargs):
+    def no_encoding(*_args, **_kwargs):
         raise AssertionError("the flat index's vectors are reused, not encoded again")
 
     monkeypatch.setattr(type(flat.encoder), "encode", no_encoding)
@@ -194,7 +194,8 @@ def test_a_corpus_without_passages_is_named(tmp_path):
         DenseIndex.open(empty, ENCODER, tmp_path / "cache")
 
 
-def test_benchmark_measures_on_a_tiny_subset(small, flat):
+@pytest.mark.usefixtures("flat")
+def test_benchmark_measures_on_a_tiny_subset(small):
     """benchmarks/dense_search.py's measurement on the small corpus (its index is already cached)."""
     import sys
 

@@ -62,7 +62,7 @@ def test_index_is_cached_by_corpus_content_and_params(tmp_path, monkeypatch):
     [folder] = list(cache.iterdir())
     assert json.loads((folder / "meta.json").read_text())["passages"] == 2
 
-    def no_build(*args, **kwargs):
+    def no_build(*_args, **_kwargs):
         raise AssertionError("rebuilt an index that is cached")
 
     monkeypatch.setattr(BM25Index, "build", classmethod(no_build))

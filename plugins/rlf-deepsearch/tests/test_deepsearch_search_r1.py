@@ -151,7 +151,7 @@ def _tokenizer(template: str):
 
 
 @pytest.mark.parametrize("template", ["qwen2_5.jinja", "qwen3.jinja"])
-def test_rollout_tokens_equal_search_r1s(corpus, tmp_path, template):
+def test_rollout_tokens_equal_search_r1s(corpus, template):
     root, index = corpus
     hf = _tokenizer(template)
     tok = HFChatTokenizer(hf)

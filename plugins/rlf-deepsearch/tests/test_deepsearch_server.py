@@ -78,7 +78,7 @@ def test_bad_requests_are_named(server, payload, message):
         RemoteSearcher(server.url.replace("/retrieve", "/nowhere/retrieve")).search(["a"], 1)
 
 
-def test_unreachable_or_failing_server_is_a_transient_error(hotpot):
+def test_unreachable_or_failing_server_is_a_transient_error():
     with pytest.raises(TransientToolError, match="unreachable"):
         RemoteSearcher("http://127.0.0.1:9", timeout_s=2).search(["a"], 1)
 
@@ -110,7 +110,7 @@ def test_plugin_searches_through_the_server(shared_data, server):
     assert t.messages[2]["content"].startswith('Doc 1(Title: "Kiss and Tell (1945 film)")')
 
 
-def test_serve_command(hotpot, tmp_path):
+def test_serve_command(hotpot):
     corpus, index_dir, _ = hotpot
     env = {
         **os.environ,
