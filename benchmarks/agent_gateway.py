@@ -72,7 +72,7 @@ class CalculatorTools:
     """The loop's plugin: the ``add`` tool, sync, as a plugin author writes one."""
 
     @hookimpl
-    def register_tools(self, ctx: Any) -> list[Tool]:
+    def register_tools(self) -> list[Tool]:
         return [tool(add)]
 
 

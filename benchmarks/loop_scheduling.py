@@ -63,7 +63,7 @@ class SleepTools:
         self.use_async = use_async
 
     @hookimpl
-    def register_tools(self, ctx: Any) -> list[Any]:
+    def register_tools(self) -> list[Any]:
         @tool(name="sleep")
         def sync_sleep(seconds: float) -> str:
             """Wait ``seconds``, like a call to a slow service."""
@@ -213,7 +213,12 @@ class ScriptedVerlServer:
         self.turns: dict[str, list[int]] = {}
 
     async def generate(
-        self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any], **_: Any
+        self,
+        request_id: str,
+        *,
+        prompt_ids: list[int],
+        sampling_params: dict[str, Any],  # noqa: ARG002 - verl's server API; the script decides the tokens
+        **_: Any,
     ) -> Any:
         from verl.workers.rollout.replica import TokenOutput
 

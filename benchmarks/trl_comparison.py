@@ -319,14 +319,14 @@ def run_trl(args: argparse.Namespace, sft_model: Path, work: Path, schemas: list
         def __init__(self) -> None:
             self.start = self.begun = self.scored = 0.0
 
-        def on_train_begin(self, args_: Any, state: Any, control: Any, **kw: Any) -> None:
+        def on_train_begin(self, *_: Any, **__: Any) -> None:  # TrainerCallback's (args, state, control, **kwargs)
             curve.threads = torch.get_num_threads()
             self.start = time.perf_counter()
 
-        def on_step_begin(self, args_: Any, state: Any, control: Any, **kw: Any) -> None:
+        def on_step_begin(self, *_: Any, **__: Any) -> None:  # TrainerCallback's (args, state, control, **kwargs)
             self.begun = time.perf_counter()
 
-        def on_step_end(self, args_: Any, state: Any, control: Any, **kw: Any) -> None:
+        def on_step_end(self, _args: Any, _state: Any, control: Any, **_: Any) -> None:
             now = time.perf_counter()
             curve.seconds.append(now - self.start)
             curve.rollout_s.append(self.scored - self.begun)

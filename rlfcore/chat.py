@@ -12,9 +12,13 @@ import hashlib
 import json
 import re
 from functools import cache, cached_property
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rlfcore.types import Message
+
+if TYPE_CHECKING:
+    from jinja2 import Template
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 SPECIAL_TOKENS: tuple[str, ...] = (
     "<|endoftext|>",
@@ -115,10 +119,10 @@ def render_template(
     )
 
 
-_TEMPLATES: dict[str, Any] = {}
+_TEMPLATES: dict[str, Template] = {}
 
 
-def _compile(template: str) -> Any:
+def _compile(template: str) -> Template:
     if template not in _TEMPLATES:
         env = _template_environment()(trim_blocks=True, lstrip_blocks=True)
         env.filters["tojson"] = lambda v, indent=None: json.dumps(v, ensure_ascii=False, indent=indent)
@@ -130,7 +134,7 @@ _DICT_ATTRIBUTES = frozenset(dir(dict))
 
 
 @cache
-def _template_environment() -> type:
+def _template_environment() -> type[ImmutableSandboxedEnvironment]:
     """Jinja's immutable sandbox, its attribute verdicts remembered per (object type, attribute name).
 
     The sandbox decides from those two alone (a leading underscore, a function's internals, a
@@ -165,15 +169,18 @@ def _template_environment() -> type:
 class ByteChatTokenizer:
     """UTF-8 bytes as tokens 0-255, then the special tokens: a real, model-free tokenizer."""
 
+    BYTES = 256
+    """Ids below are bytes; the special tokens follow."""
+
     def __init__(self, template: str = QWEN3_TEMPLATE, special_tokens: tuple[str, ...] = SPECIAL_TOKENS):
         self.template = template
-        self.special = {tok: 256 + i for i, tok in enumerate(special_tokens)}
+        self.special = {tok: self.BYTES + i for i, tok in enumerate(special_tokens)}
         self.inverse = {v: k for k, v in self.special.items()}
         self._split = re.compile("(" + "|".join(re.escape(t) for t in special_tokens) + ")")
 
     @property
     def vocab_size(self) -> int:
-        return 256 + len(self.special)
+        return self.BYTES + len(self.special)
 
     @cached_property
     def eos_token_ids(self) -> list[int]:
@@ -194,7 +201,7 @@ class ByteChatTokenizer:
     def decode(self, ids: list[int]) -> str:
         # Runs of bytes decode at once between the special tokens (every turn decodes its tokens).
         out, start = [], 0
-        for k in [k for k, i in enumerate(ids) if i >= 256]:
+        for k in [k for k, i in enumerate(ids) if i >= self.BYTES]:
             out.append(bytes(ids[start:k]).decode("utf-8", errors="replace"))
             out.append(self.inverse.get(ids[k], ""))
             start = k + 1
@@ -214,7 +221,8 @@ class HFChatTokenizer:
 
     @property
     def template(self) -> str:
-        return self.tok.chat_template
+        template: str = self.tok.chat_template  # checked present in __init__
+        return template
 
     @property
     def template_name(self) -> str:
@@ -234,19 +242,21 @@ class HFChatTokenizer:
         return ids
 
     def render(self, messages: list[Message], tools: list[dict[str, Any]] | None, add_generation_prompt: bool) -> str:
-        return self.tok.apply_chat_template(
+        text: str = self.tok.apply_chat_template(  # not tokenized: the text
             messages,
             tools=tools or None,
             add_generation_prompt=add_generation_prompt,
             tokenize=False,
             **self.template_kwargs,
         )
+        return text
 
     def encode(self, text: str) -> list[int]:
         return list(self.tok.encode(text, add_special_tokens=False))
 
     def decode(self, ids: list[int]) -> str:
-        return self.tok.decode(ids, skip_special_tokens=False)
+        text: str = self.tok.decode(ids, skip_special_tokens=False)
+        return text
 
 
 def load_tokenizer(path: str, template_kwargs: dict[str, Any] | None = None) -> HFChatTokenizer:

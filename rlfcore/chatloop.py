@@ -101,8 +101,3 @@ def _message(reply: ChatReply, calls: list[ToolCall], text_calls: bool = False) 
     if reply.reasoning:
         message["reasoning_content"] = reply.reasoning
     return message
-
-
-def chat_rollout(runtime: Runtime, engine: Any) -> ChatRollout | None:
-    """The loop for ``engine`` when it is a chat engine, else None (the token loop applies)."""
-    return ChatRollout(runtime, engine) if isinstance(engine, ChatEngine) else None

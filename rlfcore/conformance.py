@@ -21,6 +21,8 @@ from rlfcore.types import Example, Tool
 
 SYNC_ONLY = tuple(name for name, rule in RULES.items() if not rule.may_be_async)
 """Hooks the core calls synchronously (``may_be_async=False`` in ``hookspecs``): ``async def`` is an error."""
+REWARD_TOLERANCE = 1e-6
+"""How far an example's reward may be from its ``expected_reward`` (weighted sums of floats)."""
 
 
 @dataclass
@@ -223,7 +225,7 @@ async def _run_examples(
                 warning=True,
             )
             continue
-        if ex.expected_reward is not None and abs(traj.reward - ex.expected_reward) > 1e-6:
+        if ex.expected_reward is not None and abs(traj.reward - ex.expected_reward) > REWARD_TOLERANCE:
             report.add(label, False, f"{detail}; expected reward {ex.expected_reward:g}")
             continue
         report.add(label, True, detail)

@@ -130,7 +130,8 @@ def select_by_difficulty(
     ids = {r.id for r in rows}
     unknown = [i for i in rates if i not in ids]
     if unknown:
-        shown = ", ".join(repr(i) for i in unknown[:3]) + (f" and {len(unknown) - 3} more" if len(unknown) > 3 else "")
+        first, rest = unknown[:3], unknown[3:]
+        shown = ", ".join(map(repr, first)) + (f" and {len(rest)} more" if rest else "")
         raise DataError(
             f"{where}: names {len(unknown)} row(s) not in the training data ({shown}): was it made from another "
             "dataset (data.eval rather than data.train)?"

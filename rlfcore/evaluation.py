@@ -19,7 +19,7 @@ from typing import IO, Any
 
 from rlfcore.agents.rollout import AgentRollout, agent_rollout
 from rlfcore.chat import ChatTokenizer
-from rlfcore.chatloop import chat_rollout
+from rlfcore.chatloop import ChatRollout
 from rlfcore.data import Row
 from rlfcore.diagnostics import trajectory_warnings
 from rlfcore.engines.base import Engine
@@ -122,11 +122,13 @@ async def evaluate(
 
     A chat engine runs the message loop (:mod:`rlfcore.chatloop`, no tokenizer); any other engine the
     token loop, which needs ``tokenizer``; a config with an ``agent`` runs that agent on the endpoint."""
-    rollout: TurnLoop[Any] | AgentRollout | None = chat_rollout(runtime, engine)
-    if rollout is None:
-        if tokenizer is None:
-            raise ValueError("a token engine needs the model's tokenizer (model.path or model.tokenizer)")
-        rollout = agent_rollout(runtime, engine, tokenizer) or Rollout(runtime, engine, tokenizer)  # type: ignore[arg-type]
+    rollout: TurnLoop[Any] | AgentRollout
+    if isinstance(engine, ChatEngine):
+        rollout = ChatRollout(runtime, engine)
+    elif tokenizer is None:
+        raise ValueError("a token engine needs the model's tokenizer (model.path or model.tokenizer)")
+    else:
+        rollout = agent_rollout(runtime, engine, tokenizer) or Rollout(runtime, engine, tokenizer)
     rewards = RewardPipeline(runtime)
     start = time.perf_counter()
 

@@ -16,6 +16,8 @@ if TYPE_CHECKING:
     from rlfcore.loop import Trajectory
 
 _HTTP = re.compile(r"\bHTTP (\d{3})\b")
+_WIDTH = 60
+"""The most characters of an error shown as its failure's kind."""
 _EXCEPTION = re.compile(r"\b([A-Z][A-Za-z0-9]*(?:Error|Exception|Timeout))\b")
 
 
@@ -46,7 +48,7 @@ def cause_of(error: str) -> str:
         what = "timeout"
     else:
         what = error[len(stage) + 2 :] if stage else error
-        what = what if len(what) <= 60 else what[:57] + "..."
+        what = what if len(what) <= _WIDTH else what[: _WIDTH - 3] + "..."
     return f"{stage} {what}" if stage else what
 
 

@@ -19,11 +19,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import inspect
+import threading
 import weakref
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import pluggy
+from cachetools import LRUCache
 from pydantic import BaseModel
 
 from rlfcore.context import SetupContext
@@ -63,7 +65,8 @@ def config_schema(manager: PluginManager, plugin: str) -> type[BaseModel] | None
     without one): the one place the schema is asked for, by config loading and by :func:`bind`."""
     for impl in manager.impls("register_config_schema", [plugin]):
         if impl.plugin_name == plugin:
-            return call_impl_sync(manager, "register_config_schema", impl)
+            schema: type[BaseModel] | None = call_impl_sync(manager, "register_config_schema", impl)
+            return schema
     return None
 
 
@@ -151,7 +154,8 @@ def _pluggy_call() -> Any:
 
 _PLUGGY_CALL = _pluggy_call()
 
-_CALLERS: weakref.WeakKeyDictionary[PluginManager, dict[Any, pluggy.HookCaller]] = weakref.WeakKeyDictionary()
+_CALLERS: weakref.WeakKeyDictionary[PluginManager, LRUCache[Any, pluggy.HookCaller]] = weakref.WeakKeyDictionary()
+_CALLERS_LOCK = threading.Lock()  # hooks are called from worker threads too (open_session)
 _MAX_CALLERS = 4096
 
 
@@ -160,16 +164,19 @@ def _caller(
 ) -> pluggy.HookCaller:
     """A pluggy hook caller that runs ``impl`` and ``wrappers`` (the enabled plugins'), nothing else.
 
-    Made once per hook, implementation and set of wrappers: pluggy's subset caller walks every
-    registered plugin to be made. The key holds the hook's implementations as they are now, so a
-    plugin registered or unregistered later gets a caller of its own."""
-    callers = _CALLERS.setdefault(manager, {})
+    Made once per hook, implementation and set of wrappers (the ``_MAX_CALLERS`` used last are kept):
+    pluggy's subset caller walks every registered plugin to be made. The key holds the hook's
+    implementations as they are now, so a plugin registered or unregistered later gets a caller of its own."""
     key = (hook, impl, tuple(wrappers), tuple(getattr(manager.pm.hook, hook).get_hookimpls()))
-    caller = callers.get(key)
-    if caller is None:
+    with _CALLERS_LOCK:
+        callers = _CALLERS.get(manager)
+        if callers is None:
+            callers = _CALLERS[manager] = LRUCache(maxsize=_MAX_CALLERS)
+        try:
+            return callers[key]  # not .get, which looks the key up twice
+        except KeyError:
+            pass
         keep = {impl.plugin} | {w.plugin for w in wrappers}
-        if len(callers) >= _MAX_CALLERS:
-            callers.clear()
         caller = callers[key] = manager.pm.subset_hook_caller(
             hook, [p for p in manager.pm.get_plugins() if p not in keep]
         )

@@ -44,11 +44,11 @@ def trace_hook_calls(pm: pluggy.PluginManager, stream: TextIO | None = None) -> 
         write(hook, impls, t0, _outcome(None, value))
         return value
 
-    def before(hook: str, impls: Sequence[pluggy.HookImpl], kwargs: Mapping[str, Any]) -> None:
+    def before(*_: object) -> None:  # pluggy passes the hook, its implementations and its arguments
         local.__dict__.setdefault("starts", []).append(time.perf_counter())
 
     def after(
-        outcome: pluggy.Result[Any], hook: str, impls: Sequence[pluggy.HookImpl], kwargs: Mapping[str, Any]
+        outcome: pluggy.Result[Any], hook: str, impls: Sequence[pluggy.HookImpl], _kwargs: Mapping[str, Any]
     ) -> None:
         t0 = local.starts.pop()
         if outcome.exception is None and inspect.isawaitable(outcome.get_result()):

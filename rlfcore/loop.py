@@ -588,7 +588,7 @@ def _older_objects_frozen() -> Iterator[None]:
     off: one full pass took 28-39 ms of a 256-trajectory run's 310 ms of CPU in
     benchmarks/loop_scheduling.py, and a training process holds far more objects. They are handed
     back when the last run ends; a freeze someone else made is left alone."""
-    global _runs_frozen, _froze
+    global _runs_frozen, _froze  # noqa: PLW0603 - gc's freeze is process-wide, so its count is too
     with _frozen_lock:
         if _runs_frozen == 0:
             _froze = gc.isenabled() and gc.get_freeze_count() == 0

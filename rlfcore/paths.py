@@ -52,3 +52,14 @@ def resolve_path(value: str | Path, base: Path) -> Path:
     """``value`` (``~`` expanded) if absolute, else ``base / value``."""
     p = Path(value).expanduser()
     return p if p.is_absolute() else base / p
+
+
+def in_hub_cache(name: str) -> bool:
+    """Whether ``name`` is a hub id (``org/model``) whose files are in the local cache."""
+    if name.startswith((".", "/", "~")) or name.count("/") != 1:
+        return False
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return False
+    return isinstance(try_to_load_from_cache(name, "tokenizer_config.json"), str)

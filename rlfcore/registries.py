@@ -17,7 +17,7 @@ def download(cmd: list[str], folder: Path) -> None:
     """Run a registry client in ``folder``; its failure says whether the registry could be reached."""
     folder.mkdir(parents=True, exist_ok=True)
     try:
-        done = subprocess.run(cmd, cwd=folder, capture_output=True, text=True, timeout=600)
+        done = subprocess.run(cmd, cwd=folder, capture_output=True, text=True, timeout=600, check=False)
     except subprocess.TimeoutExpired as exc:
         raise RegistryError(f"{' '.join(cmd)} took over 600 s: is the package registry reachable?") from exc
     if done.returncode != 0:

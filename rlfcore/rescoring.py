@@ -16,6 +16,8 @@ from rlfcore.schema import RunConfig
 from rlfcore.surrogates import json_line
 
 _FIELDS = {f.name for f in fields(Trajectory)}
+_MOVED = 1e-12
+"""A reward that moved by less than this is float noise, not a changed reward."""
 
 
 def read_trajectories(path: Path) -> list[Trajectory]:
@@ -52,5 +54,5 @@ async def rescore_file(config: RunConfig, manager: PluginManager, src: Path, dst
         "trajectories": len(trajectories),
         "reward_before": statistics.fmean(before) if before else 0.0,
         "reward_after": statistics.fmean(after) if after else 0.0,
-        "changed": sum(1 for a, b in zip(before, after) if abs(a - b) > 1e-12),
+        "changed": sum(1 for a, b in zip(before, after) if abs(a - b) > _MOVED),
     }

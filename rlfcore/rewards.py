@@ -62,9 +62,13 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
+_SHOWN_CHARS = 80
+"""The most characters of a wrong value's repr that an error message shows."""
+
+
 def _shown(value: Any) -> str:
     text = repr(value)
-    return f"{type(value).__name__} {text if len(text) <= 80 else text[:77] + '...'}"
+    return f"{type(value).__name__} {text if len(text) <= _SHOWN_CHARS else text[: _SHOWN_CHARS - 3] + '...'}"
 
 
 def check_result(hook: str, plugin: str, value: Any) -> None:

@@ -7,6 +7,7 @@ all reach plugins through it, so routing (which plugins a sample's hooks run on)
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 from collections.abc import Callable, Coroutine, Mapping
 from functools import cached_property, partial
@@ -18,6 +19,7 @@ import pluggy
 from rlfcore.context import SetupContext
 from rlfcore.deadlines import within
 from rlfcore.hookcall import Check, call_first, call_impl, call_impl_sync
+from rlfcore.paths import in_hub_cache
 from rlfcore.processes import ProcessPool
 from rlfcore.runloop import RunLoop
 from rlfcore.stash import Stash
@@ -131,8 +133,9 @@ class Runtime:
 
     async def aclose(self) -> None:
         """Call every plugin's ``shutdown`` once (each with its stash), then drop the stashes; one that
-        fails, or that runs past ``tools.shutdown_timeout_s`` (cancelled then), is logged, and the
-        others still run. A plain ``def`` shutdown runs on the run's thread, so nothing can bound it."""
+        fails, or that runs past ``tools.shutdown_timeout_s``, is logged, and the others still run.
+        Past its deadline an ``async def`` shutdown is cancelled; a plain ``def`` one runs in a thread
+        of its own (as a plain opener does), which cannot be stopped, so it is left running."""
         if self._closed:
             return
         self._closed = True
@@ -140,19 +143,23 @@ class Runtime:
         timeout_s = self.config.tools.shutdown_timeout_s
         for impl in self.plugins.impls("shutdown"):
             plugin = impl.plugin_name
+            plain = not inspect.iscoroutinefunction(impl.function)
             try:
                 await within(
                     timeout_s,
                     partial(call_impl_sync, self.plugins, "shutdown", impl, ctx=ctx),
                     what=f"plugin '{plugin}': shutdown",
-                    in_thread=False,
+                    in_thread=plain,
                 )
             except asyncio.TimeoutError:
                 log.warning(
-                    "plugin '%s': shutdown did not return within tools.shutdown_timeout_s (%g s); cancelled, "
-                    "and what it had not released yet may be left running",
+                    "plugin '%s': shutdown did not return within tools.shutdown_timeout_s (%g s); %s, and what it "
+                    "had not released yet may be left running",
                     plugin,
                     timeout_s,
+                    "a plain def, in a thread of its own; threads cannot be killed: abandoned"
+                    if plain
+                    else "cancelled",
                 )
             except Exception:  # one plugin's cleanup must not keep the others' servers alive
                 log.exception("plugin '%s' failed to shut down", plugin)
@@ -266,7 +273,7 @@ def model_source(config: RunConfig) -> str:
     path = config.path(source)
     if path.is_dir():
         return str(path)
-    if _in_hub_cache(source):
+    if in_hub_cache(source):
         return source
     typed = Path(source).expanduser().is_absolute()  # a path typed on the command line arrives absolute
     hint = (
@@ -277,14 +284,3 @@ def model_source(config: RunConfig) -> str:
     where = "" if typed else ", read relative to the config's folder (a path typed on the command line is not)"
     message = f"no folder {path} ({source!r}{where}), nor a model in the local Hugging Face cache; rlf does not download{hint}"
     raise ConfigError([ConfigIssue(path=key, message=message)], source=label)
-
-
-def _in_hub_cache(name: str) -> bool:
-    """Whether ``name`` is a hub id (``org/model``) whose files are in the local cache."""
-    if name.startswith((".", "/", "~")) or name.count("/") != 1:
-        return False
-    try:
-        from huggingface_hub import try_to_load_from_cache
-    except ImportError:
-        return False
-    return isinstance(try_to_load_from_cache(name, "tokenizer_config.json"), str)

@@ -18,6 +18,15 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator,
 
 from rlfcore.paths import config_dir, config_path, source_header
 
+CHAT_ENGINES = ("openai-chat",)
+"""Engines that send messages, not token ids: evaluation only, no local tokenizer needed."""
+
+TRAINING_REFUSED = (
+    "engine {name!r} talks to a chat-completions API, which returns text, not the token ids and logprobs "
+    "training needs: it is for `rlf eval` only. Train with the transformers engine (the default) or "
+    "`--backend verl`, and evaluate the result with engine.name: {name}"
+)
+
 
 class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -164,8 +173,8 @@ class ToolsConfig(_Section):
     shutdown_timeout_s: float = Field(
         60.0,
         gt=0,
-        description="Time limit of each plugin's async `shutdown`, and of each of the two rounds of cancelling "
-        "what still runs as the run's event loop closes.",
+        description="Time limit of each plugin's `shutdown`, of each of the two rounds of cancelling what still "
+        "runs as the run's event loop closes, and of the wait for calls still in its default executor.",
     )
 
 
@@ -448,7 +457,8 @@ class RunConfig(_Section):
         for name, section in self._settings.items():
             if section is not None:
                 out[name] = section.model_dump(mode="json")
-        return redacted(out)
+        resolved: dict[str, Any] = redacted(out)
+        return resolved
 
     def save(self, path: str | Path) -> None:
         """Write :meth:`resolved` to ``path``, headed by the config file it came from (when it has one), so

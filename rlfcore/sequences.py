@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 import re
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+from cachetools import LRUCache
 
 from rlfcore.chat import ChatTokenizer, template_digest
 from rlfcore.types import Message
@@ -104,21 +105,13 @@ def _key(value: Any) -> str | None:
     return key if len(key) <= REMEMBERED_CHARS else None
 
 
-def _remembered(cache: OrderedDict[Any, list[int]], key: Any) -> list[int] | None:
-    if key is None:
+def _kept(cache: LRUCache[Any, list[int]], key: Any) -> list[int] | None:
+    """The tokens kept under ``key``, now the most recently used; ``None`` if there are none (nothing is
+    kept under ``None``). Indexing, not ``LRUCache.get``, which looks twice on a path every turn takes."""
+    try:
+        return cache[key]
+    except KeyError:
         return None
-    ids = cache.get(key)
-    if ids is not None:
-        cache.move_to_end(key)
-    return ids
-
-
-def _remember(cache: OrderedDict[Any, list[int]], key: Any, ids: list[int]) -> None:
-    if key is None:
-        return
-    cache[key] = list(ids)
-    if len(cache) > REMEMBERED:
-        cache.popitem(last=False)
 
 
 class SequenceBuilder:
@@ -128,16 +121,17 @@ class SequenceBuilder:
         self.tok = tokenizer
         self._query = tokenizer.render([_QUERY], None, add_generation_prompt=False)
         self._ends: dict[int, list[str]] = {}
-        self._observations: OrderedDict[tuple[int, str], list[int]] = OrderedDict()
-        self._prompts: OrderedDict[str, list[int]] = OrderedDict()
+        self._observations: LRUCache[tuple[int, str], list[int]] = LRUCache(maxsize=REMEMBERED)
+        self._prompts: LRUCache[str, list[int]] = LRUCache(maxsize=REMEMBERED)
 
     def prompt_ids(self, messages: list[Message], tools: list[dict[str, Any]] | None) -> list[int]:
         """The rendered prompt's tokens; the ``rollout.n`` samples of a row share one rendering."""
         key = _key([messages, tools])
-        ids = _remembered(self._prompts, key)
+        ids = _kept(self._prompts, key)
         if ids is None:
             ids = self.tok.encode(self.tok.render(messages, tools, add_generation_prompt=True))
-            _remember(self._prompts, key, ids)
+            if key is not None:
+                self._prompts[key] = list(ids)
         return list(ids)
 
     def observation_ids(self, observation: list[Message], end_token: int) -> list[int]:
@@ -151,10 +145,11 @@ class SequenceBuilder:
         """
         text = _key(observation)
         key = None if text is None else (end_token, text)
-        ids = _remembered(self._observations, key)
+        ids = _kept(self._observations, key)
         if ids is None:
             ids = self._observation_ids(observation, end_token)
-            _remember(self._observations, key, ids)
+            if key is not None:
+                self._observations[key] = list(ids)
         return list(ids)
 
     def _observation_ids(self, observation: list[Message], end_token: int) -> list[int]:
@@ -180,7 +175,11 @@ class SequenceBuilder:
         )
 
     def context_ids(
-        self, tokens: list[int], before: list[Message], after: list[Message], tools: list[dict[str, Any]] | None
+        self,
+        tokens: list[int],
+        before: list[Message],
+        after: list[Message],
+        tools: list[dict[str, Any]] | None,  # noqa: ARG002 - RolloutTokens' signature: verl's builder renders them
     ) -> tuple[int, list[int]]:
         """How the token stream grows when the loop appends ``after[len(before):]`` (tool results, a
         user reply) to ``before``: how many trailing tokens of ``tokens`` to drop (none here), and the

@@ -39,7 +39,7 @@ _pending: list[int] = []
 _depth = 0
 
 
-def _raise(signum: int, frame: Any) -> None:
+def _raise(signum: int, _frame: Any) -> None:
     if _depth:
         _pending.append(signum)
         return
@@ -73,7 +73,7 @@ def handled() -> Iterator[None]:
 @contextmanager
 def deferred() -> Iterator[None]:
     """Hold a signal that arrives inside the block until the block is done, then raise it."""
-    global _depth
+    global _depth  # noqa: PLW0603 - signal handlers are process-wide, so the nesting they see is too
     _depth += 1
     try:
         yield

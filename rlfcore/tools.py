@@ -113,7 +113,7 @@ def _without_session(fn: Callable[..., Any]) -> Callable[..., dict[str, Any]]:
     def arguments(**kwargs: Any) -> dict[str, Any]:
         return kwargs
 
-    arguments.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    arguments.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]  # read by inspect.signature; no function declares it
     arguments.__annotations__ = {p.name: p.annotation for p in params if p.annotation is not p.empty}
     arguments.__name__ = arguments.__qualname__ = getattr(fn, "__name__", "tool")  # named in validation errors
     return arguments
@@ -136,7 +136,8 @@ def _with_session(fn: Callable[..., Any], validated: Callable[..., dict[str, Any
 
 def function_schema(fn: Callable[..., Any]) -> dict[str, Any]:
     """The JSON schema of a function's keyword arguments, without pydantic's ``title`` noise."""
-    return _drop_titles(TypeAdapter(cast(Any, fn)).json_schema())  # a function is accepted, though typed for types
+    schema: dict[str, Any] = _drop_titles(TypeAdapter(cast(Any, fn)).json_schema())  # takes a function, typed for types
+    return schema
 
 
 def _check_signature(fn: Callable[..., Any], tool_name: str) -> None:

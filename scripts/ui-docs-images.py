@@ -33,8 +33,8 @@ NAMES = {
 
 def shrink(src: Path, dst: Path) -> int:
     """Write ``src`` as a 64-colour PNG cut to MAX_HEIGHT; its size in bytes."""
-    with Image.open(src) as im:
-        im = im.convert("RGB")
+    with Image.open(src) as opened:
+        im = opened.convert("RGB")
         if im.height > MAX_HEIGHT:
             im = im.crop((0, 0, im.width, MAX_HEIGHT))
         im.quantize(colors=64, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE).save(dst, optimize=True)

@@ -165,7 +165,7 @@ def test_a_hanging_agent_is_stopped_at_its_time():
     assert generated_tokens(t) == TOK.encode("4") + [EOS] and time.monotonic() - t0 < 30
 
 
-def test_a_hanging_agent_program_is_killed_with_its_children(tmp_path):
+def test_a_hanging_agent_program_is_killed_with_its_children():
     [t] = run_agent([sys.executable, str(PROGRAMS), "hang"], lambda rid, prompt: "4", timeout_s=2.0)
     assert t.stop_reason == "agent_timeout"
     time.sleep(0.2)
@@ -184,7 +184,7 @@ def test_qwen_agents_assistant_trains_through_the_endpoint_unchanged():
     pytest.importorskip("qwen_agent")
     prompts: list[str] = []
 
-    def policy(request_id: str, prompt: str) -> str:
+    def policy(_request_id: str, prompt: str) -> str:
         prompts.append(prompt)
         return call("add", a=2, b=3) if len(prompts) == 1 else "5"
 

@@ -14,7 +14,7 @@ SOLVED_ON = {"one_of_four": {0}, "always": {0, 1, 2, 3}, "never": set(), "half":
 """Per row, the samples (``row#k``) that give the right answer."""
 
 
-def _policy(request_id: str, prompt: str) -> str:
+def _policy(request_id: str, _prompt: str) -> str:
     row, k = request_id.rsplit("#", 1)
     return "5" if int(k) in SOLVED_ON[row] else "6"
 

@@ -280,7 +280,7 @@ def test_a_signal_while_a_step_is_applied_waits_and_that_step_is_saved(trainer):
 
 
 def test_ctrl_c_without_the_handlers_inside_a_step_saves_nothing_half_applied(trainer):
-    def interrupt(metrics):
+    def interrupt(_metrics):
         raise KeyboardInterrupt
 
     with pytest.raises(Interrupted) as caught:

@@ -97,7 +97,7 @@ def test_monitoring_sees_each_implementation_with_the_plugin_that_answered():
 def test_unwrapped_unmonitored_calls_skip_pluggy_and_answer_the_same(monkeypatch):
     """With no wrapper and no monitor nothing can tell a pluggy call from a direct one, so the core
     calls the implementation itself; a wrapper or a monitor puts the calls back through pluggy."""
-    import rlfcore.hookcall as hookcall
+    from rlfcore import hookcall
 
     through: list[str] = []
     real = hookcall._caller
@@ -118,6 +118,24 @@ def test_unwrapped_unmonitored_calls_skip_pluggy_and_answer_the_same(monkeypatch
     [traj] = asyncio.run(_rollout(runtime, ROWS, SCRIPT, score=True))
     assert {"parse_tool_calls", "compute_score"} <= set(through)
     assert answers == [0.5, 1.0] and traj.reward_components["score"] == 0.5
+
+
+def test_past_their_bound_the_least_recently_used_hook_callers_are_dropped(monkeypatch):
+    """A wrapped call's pluggy caller is made once and kept; past ``_MAX_CALLERS`` only the one used
+    least recently is made anew, not every one."""
+    from rlfcore import hookcall
+
+    monkeypatch.setattr(hookcall, "_MAX_CALLERS", 2)
+    manager = make_manager({"calc": ScoreSync(), "doubler": Doubler(), "judge": Judge()})
+    [score] = [i for i in manager.pm.hook.compute_score.get_hookimpls() if i.plugin_name == "calc"]
+    [judge] = [i for i in manager.pm.hook.judge.get_hookimpls() if i.plugin_name == "judge"]
+    [wraps] = [i for i in manager.pm.hook.compute_score.get_hookimpls() if i.plugin_name == "doubler"]
+    first = hookcall._caller(manager, "compute_score", score, [])
+    second = hookcall._caller(manager, "compute_score", score, [wraps])
+    assert hookcall._caller(manager, "compute_score", score, []) is first  # kept, and now used last
+    hookcall._caller(manager, "judge", judge, [])  # a third: the least recently used one goes
+    assert hookcall._caller(manager, "compute_score", score, []) is first
+    assert hookcall._caller(manager, "compute_score", score, [wraps]) is not second
 
 
 def test_trace_lines_name_plugin_hook_duration_and_outcome():
@@ -192,7 +210,13 @@ def test_every_hook_declares_its_rule_beside_its_spec():
 
     declared = [name for name in dir(specs) if hasattr(getattr(specs, name), "rlf_spec")]
     assert sorted(declared) == sorted(HOOK_NAMES) == sorted(RULES)
-    assert set(SYNC_ONLY) == {"register_config_schema", "register_parsers", "register_engines", "register_examples"}
+    assert set(SYNC_ONLY) == {
+        "register_config_schema",
+        "register_parsers",
+        "register_engines",
+        "register_examples",
+        "register_commands",
+    }
     for name in HOOK_NAMES:
         assert getattr(specs, name).rlf_spec["firstresult"] == RULES[name].firstresult
 

@@ -22,7 +22,7 @@ def summary(name: str) -> str:
     return " ".join(inspect.getdoc(getattr(hookspecs, name)).split("\n\n")[0].split())
 
 
-def documented_summary(name: str, body: str) -> str | None:
+def documented_summary(body: str) -> str | None:
     """The docstring under the ``def`` line of the section's first python block, collapsed."""
     match = re.search(r'^\s+"""(.*?)"""', _code_blocks(body, "python")[0], re.MULTILINE | re.DOTALL)
     return " ".join(match.group(1).split()) if match else None
@@ -45,7 +45,7 @@ def doc() -> str:
 
 @pytest.mark.parametrize("name", HOOK_NAMES)
 def test_each_section_quotes_the_spec_docstring(doc, name):
-    got, want = documented_summary(name, hook_sections(doc)[name]), summary(name)
+    got, want = documented_summary(hook_sections(doc)[name]), summary(name)
     assert got == want, (
         f"docs/hooks.md '{name}': the signature block's docstring is not the spec's first paragraph\n"
         f'  documented: {got}\n  hookspecs:  {want}\n  (put it under the def line: """{want}""")'
@@ -71,7 +71,7 @@ def test_each_spec_docstring_states_its_declared_rule(name):
 def test_the_checks_catch_a_drifted_copy(doc):
     sections = hook_sections(doc)
     drifted = sections["judge"].replace("one entry per sample", "one entry per group", 1)
-    assert documented_summary("judge", drifted) != summary("judge")
-    assert documented_summary("judge", "```python\ndef judge(samples, ctx):\n```\n") is None
+    assert documented_summary(drifted) != summary("judge")
+    assert documented_summary("```python\ndef judge(samples, ctx):\n```\n") is None
     row = "| [`judge`](#judge) | reward | collect-all | yes |"
     assert table(doc.replace(row, row.replace("| yes |", "| no |")))["judge"] != rule_row("judge")

@@ -147,7 +147,8 @@ def runtime_imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
             targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names]
         else:
             continue
-        for target in targets:
+        for imported in targets:
+            target = imported
             while target and target not in known:
                 target = target.rpartition(".")[0]
             if target and target != name:

@@ -317,7 +317,7 @@ def test_a_slow_tool_does_not_hold_up_other_trajectories():
     asyncio.run(
         Rollout(runtime, engine, tok).run(rows, on_done=lambda t: done.setdefault(t.row_id, time.perf_counter() - t0))
     )
-    assert done["fast"] < 0.6 < 1.0 <= done["slow"]
+    assert done["fast"] < 0.6 and done["slow"] >= 1.0
 
 
 def test_parallel_calls_of_one_turn_run_concurrently():
@@ -367,8 +367,7 @@ class Sized:
 
     @hookimpl
     def parse_tool_calls(self, text, ctx):
-        self.seen.append(ctx.settings.label)
-        return None
+        self.seen.append(ctx.settings.label)  # and declines, so the default parser answers
 
 
 def test_each_plugin_sees_its_own_settings_in_a_shared_environment():
@@ -409,7 +408,7 @@ def test_rollouts_on_two_threads_keep_the_freeze_while_either_runs(monkeypatch):
     import gc
     import threading
 
-    import rlfcore.loop as loop
+    from rlfcore import loop
 
     class SlowUnfreeze:
         """The real gc, with an unfreeze slow enough for a run on another thread to start meanwhile."""

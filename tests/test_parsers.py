@@ -200,7 +200,7 @@ class FakeRuntime:
 
 
 def test_register_parsers_names_both_formats():
-    assert parsers.register_parsers(None) == {"hermes": parse_hermes, "llama3-json": parse_llama3_json}
+    assert parsers.register_parsers() == {"hermes": parse_hermes, "llama3-json": parse_llama3_json}
 
 
 def test_default_hook_dispatches_by_ctx_parser():

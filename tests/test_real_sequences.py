@@ -93,7 +93,7 @@ def _call(case: Case, name: str, args: dict[str, int]) -> str:
     return "<tool_call>\n" + json.dumps({"name": name, "arguments": args}) + "\n</tool_call>"
 
 
-def _turn(case: Case, rng: random.Random, thought: str, content: str, calls: list[str]) -> str:
+def _turn(case: Case, thought: str, content: str, calls: list[str]) -> str:
     """One assistant turn as the family's model writes it."""
     body = content
     if calls and case.family.startswith("llama"):
@@ -119,8 +119,8 @@ def scripts(case: Case, n: int, seed: int = 0) -> dict[str, list[str]]:
                 for _ in range(rng.randint(1, 2) if case.parallel else 1)
             ]
             content = rng.choice(["", "Let me compute that.", "I will use the tool."])
-            turns.append(_turn(case, rng, f"Step {t}: I need a tool.", content, calls))
-        turns.append(_turn(case, rng, "I have what I need.", f"The answer is {rng.randint(0, 9999)}.", []))
+            turns.append(_turn(case, f"Step {t}: I need a tool.", content, calls))
+        turns.append(_turn(case, "I have what I need.", f"The answer is {rng.randint(0, 9999)}.", []))
         out[f"r{k}"] = turns
     return out
 
@@ -246,8 +246,8 @@ def test_a_new_user_query_drops_reasoning_as_documented(real_models, family):
     builds the same tokens."""
     case = CASES[family]
     hf = real_models.tokenizer(family)
-    script = {"u0": [_turn(case, random.Random(0), "Add first.", "", [_call(case, "add", {"a": 1, "b": 2})]),
-                     _turn(case, random.Random(0), "Double 3.", "It is 6.", [])]}  # fmt: skip
+    script = {"u0": [_turn(case, "Add first.", "", [_call(case, "add", {"a": 1, "b": 2})]),
+                     _turn(case, "Double 3.", "It is 6.", [])]}  # fmt: skip
     tok, _, (t,) = _roll(hf, case, script, plugin=FollowUp())
     assert t.stop_reason == "answer" and t.template_mismatch.startswith(REASONING_DROPPED)
     assert "Add first." in tok.decode(t.response_ids)  # kept as generated

@@ -117,13 +117,15 @@ def rlf(*args: str) -> Result:
     return CliRunner().invoke(cli, list(args), catch_exceptions=False)
 
 
-def test_a_plugin_command_runs_under_rlf(installed):
+@pytest.mark.usefixtures("installed")
+def test_a_plugin_command_runs_under_rlf():
     result = rlf("hello", "greet", "--name", "rlf")
     assert result.exit_code == 0, result.output
     assert result.stdout == "hello rlf\n"
 
 
-def test_help_lists_plugin_commands_apart_and_warns_of_each_problem(installed):
+@pytest.mark.usefixtures("installed")
+def test_help_lists_plugin_commands_apart_and_warns_of_each_problem():
     result = rlf("--help")
     assert result.exit_code == 0, result.output
     core, plugins = result.stdout.split("Plugin commands:")
@@ -137,24 +139,28 @@ def test_help_lists_plugin_commands_apart_and_warns_of_each_problem(installed):
     assert "plugin 'broken'" in err and "module_that_does_not_exist" in err
 
 
-def test_a_refused_name_keeps_its_owner(installed):
+@pytest.mark.usefixtures("installed")
+def test_a_refused_name_keeps_its_owner():
     assert rlf("hello", "greet").stdout == "hello world\n"  # hello's, not clash's
     assert rlf("clash").stdout == "clash ran\n"  # clash's name that nobody else takes is kept
     assert "Train with GRPO" in rlf("train", "--help").stdout  # the core's train
 
 
-def test_core_commands_import_no_plugin(installed):
+@pytest.mark.usefixtures("installed")
+def test_core_commands_import_no_plugin():
     result = rlf("config", "--help")
     assert result.exit_code == 0 and not result.stderr
     assert not [m for m in sys.modules if m.startswith("rlf_cmd_")]
 
 
-def test_an_unknown_command_is_still_clicks_error(installed):
+@pytest.mark.usefixtures("installed")
+def test_an_unknown_command_is_still_clicks_error():
     result = CliRunner().invoke(cli, ["nosuch"])
     assert result.exit_code == 2 and "No such command 'nosuch'" in result.stderr
 
 
-def test_plugins_list_shows_the_commands_and_why_any_is_missing(installed):
+@pytest.mark.usefixtures("installed")
+def test_plugins_list_shows_the_commands_and_why_any_is_missing():
     result = rlf("plugins", "list", "--json")
     assert result.exit_code == 0, result.output
     plugins = {p["name"]: p for p in json.loads(result.stdout)}

@@ -74,7 +74,7 @@ class Boxes:
     def build_observation(self, results, ctx):
         if ctx.session is not None:
             self.seen_in_hooks.append((ctx.sample_id, ctx.session.secret))
-        return None  # the core's tool messages
+        # and returns None: the core builds the tool messages
 
     @hookimpl
     def compute_score(self, sample):

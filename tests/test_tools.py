@@ -52,7 +52,7 @@ def test_schema_from_signature_and_docstring():
 
 def test_options_and_annotated_descriptions_win():
     @tool(name="lookup", description="Find a row.", timeout_s=2.5, max_concurrency=3)
-    async def find(title: Annotated[str, Field(description="The row's title.")], default: int = 0) -> str:
+    async def find(title: Annotated[str, Field(description="The row's title.")], default: int = 0) -> str:  # noqa: ARG001 - its schema is what is tested
         """Ignored docstring.
 
         Args:

@@ -23,7 +23,7 @@ TOKEN = "files-test-token-0123456789"
 def record(i: str, **extra: Any) -> dict[str, Any]:
     return {
         "id": i,
-        "row_id": i.split("#")[0],
+        "row_id": i.split("#", maxsplit=1)[0],
         "reward": 1.0,
         "stop_reason": "answer",
         "ground_truth": "5",
@@ -156,7 +156,7 @@ def test_an_unexpected_failure_is_a_readable_page(client: TestClient, run: Path,
 
     write_step(run, [record("a#0")])
 
-    def broken(*args: Any) -> Any:
+    def broken(*_args: Any) -> Any:
         raise RuntimeError("disk went away")
 
     monkeypatch.setattr(trajectories_view, "_record", broken)

@@ -140,7 +140,7 @@ def row_of(client: httpx.Client, run: str) -> str:
 
 
 @pytest.mark.slow
-def test_rlf_ui_shows_the_embedded_default_while_it_trains_and_after(
+def test_rlf_ui_shows_the_embedded_default_while_it_trains_and_after(  # noqa: PLR0915 - one scenario, in order
     example: Path, ui_server: httpx.Client, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> None:
     shots = Path(os.environ.get("RLF_UI_SCREENSHOTS") or tmp_path_factory.mktemp("ui-screenshots"))

@@ -108,7 +108,7 @@ class InProcessLoadBalancer:
         async def fields() -> list[str]:
             return []
 
-        async def acquire(request_id: str, **_: Any) -> tuple[str, Any]:
+        async def acquire(request_id: str, **_: Any) -> tuple[str, Any]:  # noqa: ARG001 - verl passes it by name
             return "server-0", server
 
         self.require_acquire_fields = _Remote(fields)

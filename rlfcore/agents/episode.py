@@ -118,9 +118,7 @@ class Episode:
             if extends and free and (best is None or len(seg.messages) > len(best.messages)):
                 best = seg
         if best is None:
-            seg = Segment(
-                self._why_new(messages, tools), self.tokens.prompt_ids(messages, tools), list(messages), tools
-            )
+            seg = Segment(self._why_new(messages), self.tokens.prompt_ids(messages, tools), list(messages), tools)
             self.segments.append(seg)
         else:
             seg = best
@@ -136,7 +134,7 @@ class Episode:
         seg.busy = True
         return seg, seg.ids
 
-    def _why_new(self, messages: list[Message], tools: list[dict[str, Any]] | None) -> str:
+    def _why_new(self, messages: list[Message]) -> str:
         if not self.segments:
             return "first request"
         for seg in self.segments:

@@ -17,6 +17,7 @@ import socket
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import Any, Protocol
 
 import cachetools
@@ -28,6 +29,8 @@ ROLES = frozenset({"system", "developer", "user", "assistant", "tool"})
 SAMPLING_FIELDS = ("max_tokens", "max_completion_tokens", "n", "stop", "seed")
 """The request's fields this endpoint applies; temperature and top_p are the run's (rollout.sampling),
 since training needs the distribution the tokens were sampled from."""
+MAX_N = 16
+"""The most choices (``n``) one request may ask for."""
 
 
 class RequestError(Exception):
@@ -38,7 +41,7 @@ class RequestError(Exception):
         self.status, self.message, self.code, self.param = status, message, code, param
 
     def body(self) -> dict[str, Any]:
-        kind = "invalid_request_error" if self.status < 500 else "server_error"
+        kind = "invalid_request_error" if self.status < HTTPStatus.INTERNAL_SERVER_ERROR else "server_error"
         return {"error": {"message": self.message, "type": kind, "param": self.param, "code": self.code}}
 
 
@@ -128,8 +131,8 @@ def parse_request(body: Any, model: str) -> ChatRequest:
             "tool_choice",
         )
     n = body.get("n") or 1
-    if not isinstance(n, int) or not 1 <= n <= 16:
-        raise _error(400, "n must be an integer from 1 to 16", "invalid_n", "n")
+    if not isinstance(n, int) or not 1 <= n <= MAX_N:
+        raise _error(400, f"n must be an integer from 1 to {MAX_N}", "invalid_n", "n")
     max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
     if max_tokens is not None and (not isinstance(max_tokens, int) or max_tokens < 1):
         raise _error(400, "max_tokens must be a positive integer", "invalid_max_tokens", "max_tokens")

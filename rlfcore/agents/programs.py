@@ -19,7 +19,7 @@ import traceback
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from rlfcore.schema import AgentConfig
 
@@ -34,7 +34,7 @@ class Outcome:
     """How the agent's run ended: ``answer`` when it returned, else ``stop_reason`` and ``error``."""
 
     answer: str | None = None
-    stop_reason: str = "answer"
+    stop_reason: Literal["answer", "agent_error", "agent_timeout"] = "answer"
     error: str | None = None
 
 
@@ -57,7 +57,7 @@ def load_entry(entry: str, base_dir: Path) -> AgentFunction:
             module = importlib.import_module(target)
     except Exception as exc:
         raise AgentLoadError(f"agent.entry {entry!r}: cannot import {target}: {type(exc).__name__}: {exc}") from exc
-    fn = getattr(module, name, None)
+    fn: AgentFunction | None = getattr(module, name, None)
     if fn is None or not inspect.iscoroutinefunction(fn):
         raise AgentLoadError(f"agent.entry {entry!r}: {name} is not an `async def {name}(task, client)` in {target}")
     return fn

@@ -141,7 +141,7 @@ class EpisodeRun:
         reason = "length" if finish == "length" else "tool_calls" if calls else "stop"
         return Choice(str(message.get("content") or ""), calls, reason, len(ids))
 
-    def finish(self, outcome_reason: str, error: str | None, answer: str | None) -> None:
+    def finish(self, outcome_reason: StopReason, error: str | None, answer: str | None) -> None:
         """The trajectory's fields from the episode: its last segment, the others, how it ended."""
         traj = self.traj
         trained = [s for s in self.episode.segments if any(s.response_mask)]
@@ -156,7 +156,7 @@ class EpisodeRun:
             traj.stop_reason = self.stop
             traj.truncated = self.stop in ("max_response_tokens", "max_total_tokens")
         else:
-            traj.stop_reason = outcome_reason  # type: ignore[assignment]
+            traj.stop_reason = outcome_reason
             if error:
                 traj.error = error
         if not traj.num_turns and traj.stop_reason == "answer":

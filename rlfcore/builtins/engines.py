@@ -10,7 +10,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from rlfcore.chat import ChatTokenizer
-from rlfcore.context import SetupContext
 from rlfcore.engines.base import Engine
 from rlfcore.hookspecs import hookimpl
 from rlfcore.schema import RunConfig
@@ -40,12 +39,13 @@ def _openai(config: RunConfig, tokenizer: ChatTokenizer) -> Engine:
     return OpenAIEngine.from_config(config.engine, tokenizer)
 
 
-def _openai_chat(config: RunConfig, tokenizer: ChatTokenizer | None) -> ChatEngine:
+def _openai_chat(config: RunConfig, _tokenizer: ChatTokenizer | None) -> ChatEngine:
+    """The chat engine sends messages, not tokens: the tokenizer every factory is given is not needed."""
     from rlfcore.engines.chat import ChatEngine
 
     return ChatEngine.from_config(config.engine, parser=config.rollout.parser)
 
 
 @hookimpl
-def register_engines(ctx: SetupContext) -> dict[str, Callable[..., Engine | ChatEngine]]:
+def register_engines() -> dict[str, Callable[..., Engine | ChatEngine]]:
     return {"transformers": _transformers, "openai": _openai, "openai-chat": _openai_chat}

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from rlfcore.builtins.parsers import parse_hermes
-from rlfcore.context import SetupContext, TurnContext
+from rlfcore.context import TurnContext
 from rlfcore.hookspecs import hookimpl
 from rlfcore.types import ToolCall, ToolCallParser
 
@@ -96,7 +96,7 @@ PARSERS: dict[str, ToolCallParser] = {"qwen3": parse_qwen3, "qwen3-coder": parse
 
 
 @hookimpl
-def register_parsers(ctx: SetupContext) -> dict[str, ToolCallParser]:
+def register_parsers() -> dict[str, ToolCallParser]:
     return dict(PARSERS)
 
 

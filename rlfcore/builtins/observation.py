@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from rlfcore.context import TurnContext
 from rlfcore.hookspecs import hookimpl
 from rlfcore.types import Message, ToolResult
 
 
 @hookimpl(trylast=True)
-def build_observation(results: list[ToolResult], ctx: TurnContext) -> list[Message]:
+def build_observation(results: list[ToolResult]) -> list[Message]:
     return [{"role": "tool", "tool_call_id": r.call_id, "name": r.name, "content": r.content} for r in results]

@@ -13,7 +13,7 @@ import json
 import re
 from typing import Any
 
-from rlfcore.context import SetupContext, TurnContext
+from rlfcore.context import TurnContext
 from rlfcore.hookspecs import hookimpl
 from rlfcore.types import ToolCall, ToolCallParser
 
@@ -76,10 +76,10 @@ class _NextClose:
 
     def __init__(self, text: str):
         self.text = text
-        self.at = -2  # not searched yet
+        self.at: int | None = None  # not searched yet; then str.find's answer (-1: there is none)
 
     def after(self, i: int) -> int:
-        if self.at == -2 or (self.at != -1 and self.at < i):
+        if self.at is None or (self.at != -1 and self.at < i):
             self.at = self.text.find(CLOSE, i)
         return self.at
 
@@ -348,7 +348,7 @@ PARSERS: dict[str, ToolCallParser] = {"hermes": parse_hermes, "llama3-json": par
 
 
 @hookimpl
-def register_parsers(ctx: SetupContext) -> dict[str, ToolCallParser]:
+def register_parsers() -> dict[str, ToolCallParser]:
     return dict(PARSERS)
 
 

@@ -14,7 +14,7 @@ _THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
 
 def final_answer(response: str) -> str:
     """The last ``<answer>...</answer>`` of a response, else the response without its reasoning."""
-    found = _ANSWER.findall(response)
+    found: list[str] = _ANSWER.findall(response)  # one group: each match is its text
     if found:
         return found[-1].strip()
     return _THINK.sub("", response).strip()

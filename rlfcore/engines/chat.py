@@ -20,20 +20,12 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from rlfcore.engines.answers import EngineError, first_choice, loads, snippet, typed
 from rlfcore.engines.openai import JSONEndpoint, optional_sampling
+from rlfcore.schema import CHAT_ENGINES, TRAINING_REFUSED
 
 if TYPE_CHECKING:
     from rlfcore.config import EngineConfig, RunConfig
     from rlfcore.engines.base import SamplingParams
     from rlfcore.types import Message, ToolCall
-
-CHAT_ENGINES = ("openai-chat",)
-"""Engines that send messages, not token ids: evaluation only, no local tokenizer needed."""
-
-TRAINING_REFUSED = (
-    "engine {name!r} talks to a chat-completions API, which returns text, not the token ids and logprobs "
-    "training needs: it is for `rlf eval` only. Train with the transformers engine (the default) or "
-    "`--backend verl`, and evaluate the result with engine.name: {name}"
-)
 
 
 def refuse_chat_engine(config: RunConfig) -> None:

@@ -86,7 +86,8 @@ def _rms_norm(x: torch.Tensor, norm: Any) -> torch.Tensor:
     """transformers' RMSNorm of these families: in float32, scaled by the weight in the input's dtype."""
     h = x.to(torch.float32)
     h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
-    return norm.weight * h.to(x.dtype)
+    out: torch.Tensor = norm.weight * h.to(x.dtype)
+    return out
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

@@ -15,7 +15,7 @@ columns: 1.7 ms a layer against 0.3 on a whole buffer), which costs more than th
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -42,12 +42,12 @@ class SlotLayer(DynamicLayer):
         self.whole = False
         """Whether the next :meth:`update` returns the whole buffer's columns (set by :func:`widen`)."""
 
-    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+    def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:  # noqa: ARG002 - transformers' layer API
         self.dtype, self.device = key_states.dtype, key_states.device
         self.is_initialized = True
 
     def update(
-        self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *_args: Any, **_kwargs: Any
     ) -> tuple[torch.Tensor, torch.Tensor]:
         if not self.is_initialized:
             self.lazy_initialization(key_states, value_states)
@@ -165,7 +165,7 @@ def widen(cache: Cache, mask: torch.Tensor) -> torch.Tensor:
     column reserved first) and give back ``mask`` (``[rows, live columns + 1]``) widened to the
     buffer's columns, zeros at the free ones. Every layer has the same columns (the same joins,
     leaves and growth happen to each); a cache that does not is an error of this module's."""
-    layers: list[SlotLayer] = cache.layers  # type: ignore[assignment]
+    layers = cast("list[SlotLayer]", cache.layers)  # a cache slot_cache or prefix_cache made
     for layer in layers:
         layer.reserve(1)
         layer.whole = True
@@ -207,14 +207,14 @@ def additive_mask(mask: torch.Tensor, queries: int, dtype: torch.dtype) -> torch
 
 
 def grouped_attention(
-    module: torch.nn.Module,
+    module: torch.nn.Module,  # noqa: ARG001 - transformers' attention-function signature
     query: torch.Tensor,
     key: torch.Tensor,
     value: torch.Tensor,
     attention_mask: torch.Tensor | None,
     scaling: float | None = None,
-    dropout: float = 0.0,
-    **kwargs: Any,
+    dropout: float = 0.0,  # noqa: ARG001 - passed by name; generation runs the model in eval mode, without dropout
+    **_: Any,
 ) -> tuple[torch.Tensor, None]:
     """Attention with an additive mask, each K/V head shared by its group of query heads without
     repeating it: ``query [B, H, Q, D]``, ``key``/``value [B, H_kv, L, D]`` → ``[B, Q, H, D]``.

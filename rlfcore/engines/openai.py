@@ -8,6 +8,7 @@ answers; a server that gives only text needs a tokenizer, and then the ids are n
 from __future__ import annotations
 
 import asyncio
+from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -97,6 +98,8 @@ class JSONEndpoint:
             raise EngineError(timed_out) from None
 
     async def _attempts(self, body: dict[str, Any], deadline: anyio.CancelScope) -> Any:
+        # A loop, not tenacity: retryable answers are no exceptions and each wait (Retry-After or backoff) is
+        # checked against the one anyio deadline; tenacity's callbacks for that would be longer than the loop.
         client = self._client_for_loop()
         attempts = self.max_retries + 1
         problem = ""
@@ -113,7 +116,7 @@ class JSONEndpoint:
             wait = self.backoff_s * 2**attempt
             try:
                 async with client.stream("POST", self.url, json=body) as response:
-                    if response.status_code == 200:
+                    if response.status_code == HTTPStatus.OK:
                         return await self._read_json(response)
                     text, _ = await read_upto(response, ERROR_BODY_BYTES)
             except (httpx.ReadTimeout, httpx.WriteTimeout, httpx.PoolTimeout):
@@ -121,8 +124,9 @@ class JSONEndpoint:
             except httpx.TransportError as exc:
                 problem = f"{type(exc).__name__}: {exc}"
                 continue
-            problem = f"HTTP {response.status_code}: {snippet(text.decode(errors='replace'))}"
-            if response.status_code != 429 and response.status_code < 500:
+            status = response.status_code
+            problem = f"HTTP {status}: {snippet(text.decode(errors='replace'))}"
+            if status != HTTPStatus.TOO_MANY_REQUESTS and status < HTTPStatus.INTERNAL_SERVER_ERROR:  # not transient
                 raise EngineError(f"{self.url}: {problem}")
             asked = retry_after_s(response.headers.get("Retry-After"))
             if asked is not None:

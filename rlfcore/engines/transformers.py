@@ -254,6 +254,7 @@ class TransformersEngine(Engine):
         self._inbox: collections.deque[_Request] = collections.deque()
         self._wake: asyncio.Event | None = None
         self._worker: asyncio.Task[None] | None = None
+        # Hand-made, not cachetools: two bounds at once (rows and bytes), and an entry is popped when taken.
         self._prefixes: collections.OrderedDict[str, _Prefix] = collections.OrderedDict()
         self._prefix_bytes = 0
         self.max_prefixes = 4 * max_batch_size
@@ -396,7 +397,7 @@ class TransformersEngine(Engine):
                 config._attn_implementation = attention
         return out.logits[:, -1, :].float(), out.past_key_values
 
-    def _decode(self, batch: _Batch, inbox: collections.deque[_Request]) -> None:
+    def _decode(self, batch: _Batch, inbox: collections.deque[_Request]) -> None:  # noqa: PLR0912 - the decode loop: one place, no calls added per token
         while True:
             if self.scheduling == "continuous" or not batch.rows:
                 self._admit(batch, inbox)
@@ -436,7 +437,7 @@ class TransformersEngine(Engine):
             batch.positions = batch.positions + 1
             batch.logits, batch.cache = self._forward(tokens[:, None], batch.mask, batch.positions, batch.cache)
 
-    def _admit(self, batch: _Batch, inbox: collections.deque[_Request]) -> None:
+    def _admit(self, batch: _Batch, inbox: collections.deque[_Request]) -> None:  # noqa: PLR0912, PLR0915 - admission runs between decode steps, in one place
         """Prefill the requests waiting, up to the free rows, and merge them into the running batch."""
         new: list[_Request] = []
         while inbox and len(batch.rows) + len(new) < self.max_batch_size:

@@ -131,7 +131,7 @@ def _cached(target: Path, want: dict[str, Any], replace: bool) -> bool:
     error, as is a folder it did not write."""
     marker = target / MARKER
     if marker.is_file():
-        got = json.loads(marker.read_text())
+        got: dict[str, Any] = json.loads(marker.read_text())
         if got == want or replace:
             return got == want
         raise ModelFetchError(

@@ -25,10 +25,14 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
 
 __all__ = ["OpenAIServer", "Reply", "Request", "Responder", "calculator", "closed_url", "counting"]
+
+_BYTE_IDS = 256
+"""Ids below this are one character each in a completion's text (the byte tokenizer's ids)."""
 
 
 @dataclass
@@ -154,7 +158,7 @@ class OpenAIServer:
 
 def _responder(answer: Responder | Reply | str) -> Responder:
     if isinstance(answer, (Reply, str)):
-        return lambda body: answer
+        return lambda _body: answer
     return answer
 
 
@@ -243,7 +247,7 @@ def chat_completion(body: dict[str, Any], reply: Reply) -> dict[str, Any]:
 def completion(body: dict[str, Any], reply: Reply) -> dict[str, Any]:
     """The completions answer carrying ``reply``, its ids where ``reply.ids_in`` says."""
     ids = reply.token_ids
-    text = reply.content if reply.content is not None else "".join(chr(i) for i in ids if i < 256)
+    text = reply.content if reply.content is not None else "".join(chr(i) for i in ids if i < _BYTE_IDS)
     choice: dict[str, Any] = {
         "index": 0,
         "text": text,
@@ -311,7 +315,7 @@ def _handler(server: OpenAIServer) -> type[BaseHTTPRequestHandler]:
                 time.sleep(server.delay_s + reply.delay_s)
                 if reply.raw is not None:
                     text = reply.raw
-                elif reply.status != 200:
+                elif reply.status != HTTPStatus.OK:
                     text = _error(f"scripted HTTP {reply.status}")
                 else:
                     text = json.dumps((chat_completion if path == _ROUTES[0] else completion)(body, reply))

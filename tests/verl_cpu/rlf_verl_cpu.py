@@ -182,8 +182,8 @@ _GEMM_MODULE = "vllm.model_executor.layers.utils"
 
 
 def _keep_plain_weights(module: types.ModuleType) -> None:
-    def dispatch_cpu_unquantized_gemm(layer: torch.nn.Module, remove_weight: bool) -> None:
-        layer.cpu_linear = lambda x, weight, bias: torch.nn.functional.linear(x, weight, bias)
+    def dispatch_cpu_unquantized_gemm(layer: torch.nn.Module, remove_weight: bool) -> None:  # noqa: ARG001 - vLLM's
+        layer.cpu_linear = lambda x, weight, bias: torch.nn.functional.linear(x, weight, bias)  # noqa: PLW0108 - as vLLM's
 
     module.dispatch_cpu_unquantized_gemm = dispatch_cpu_unquantized_gemm
 

@@ -17,6 +17,7 @@ import random
 import ssl
 import time
 from dataclasses import dataclass
+from http import HTTPStatus
 from typing import Any
 
 import httpx
@@ -148,7 +149,7 @@ class ChatEndpoints:
 
     def _backoff(self, attempt: int) -> float:
         s = self.settings
-        return min(s.backoff_max_s, s.backoff_s * 2 ** (attempt - 1)) * self._rng.uniform(0.5, 1.5)
+        return min(s.backoff_max_s, s.backoff_s * 2.0 ** (attempt - 1)) * self._rng.uniform(0.5, 1.5)
 
     async def _post(self, body: dict[str, Any], tried: set[str]) -> Completion:
         state = self._loop_state()
@@ -176,7 +177,7 @@ class ChatEndpoints:
                 endpoint.in_flight -= 1
                 client.in_flight -= 1
         latency = time.perf_counter() - start
-        if response.status_code != 200:
+        if response.status_code != HTTPStatus.OK:
             kind = f"http_{response.status_code}"
             self.metrics.record_request(endpoint.url, latency, kind)
             raise JudgeRequestError(f"{endpoint.url}: HTTP {response.status_code}: {_snippet(response.text)}", kind)
@@ -202,7 +203,10 @@ class ChatEndpoints:
 def _retryable(kind: str) -> bool:
     if kind.startswith("http_"):
         status = int(kind[5:])
-        return status in (408, 429) or status >= 500
+        return (
+            status in (HTTPStatus.REQUEST_TIMEOUT, HTTPStatus.TOO_MANY_REQUESTS)
+            or status >= HTTPStatus.INTERNAL_SERVER_ERROR
+        )
     return True
 
 

@@ -52,12 +52,15 @@ class TransformersJudge:
             return self.generate_fn(messages, max_tokens)
 
     def _load(self) -> None:
+        import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         if not self.model_path.is_dir():
             raise FileNotFoundError(f"judge-qwq: model_path {self.model_path} is not a folder")
         self._tokenizer = AutoTokenizer.from_pretrained(str(self.model_path))
-        self._model = AutoModelForCausalLM.from_pretrained(str(self.model_path)).to(self.device).eval()
+        # typed as a torch module: transformers' own .to, wrapped by functools.wraps, reads as unbound to mypy
+        model: torch.nn.Module = AutoModelForCausalLM.from_pretrained(str(self.model_path))
+        self._model = model.to(self.device).eval()
 
     def _generate(self, messages: list[dict[str, Any]], max_tokens: int) -> Completion:
         import torch

@@ -8,6 +8,7 @@ module is cheap: the HTTP client and the judge load on the first group judged.
 
 from __future__ import annotations
 
+import functools
 import logging
 
 from pydantic import BaseModel
@@ -16,7 +17,6 @@ from rlf_judge_qwq.settings import JudgeSettings
 from rlfcore import Example, Sample, Score, ScoreContext, SetupContext, hookimpl
 
 log = logging.getLogger(__name__)
-_warned_unconfigured = False
 
 
 @hookimpl
@@ -59,7 +59,7 @@ async def shutdown(ctx: SetupContext) -> None:
 
 
 @hookimpl
-def register_examples(ctx: SetupContext) -> list[Example]:
+def register_examples() -> list[Example]:
     """Rows scored by the rule-based reward while the judge, with no endpoint configured, stays out.
 
     ``rlf plugins check`` runs with default settings, where there is no judge to ask: the check then
@@ -73,8 +73,7 @@ def register_examples(ctx: SetupContext) -> list[Example]:
     ]
 
 
+@functools.cache
 def _warn_unconfigured() -> None:
-    global _warned_unconfigured
-    if not _warned_unconfigured:
-        _warned_unconfigured = True
-        log.warning("judge-qwq is enabled but has no endpoints (judge-qwq.endpoints): it judges nothing")
+    """Once per process: every group would say the same."""
+    log.warning("judge-qwq is enabled but has no endpoints (judge-qwq.endpoints): it judges nothing")

@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import math
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -359,9 +361,20 @@ def _reason(exc: BaseException) -> str:
 
 
 def _stderr() -> TextIO:
-    """Where a stdio server's stderr goes: ours, if it is a real file (under pytest it may not be)."""
-    try:
-        sys.stderr.fileno()
-        return sys.stderr
-    except (AttributeError, OSError, ValueError):
-        return sys.__stderr__
+    """Where a stdio server's stderr goes: ours, if it is a real file (under pytest it may not be), else the
+    process's original one, else nowhere (a process started without stderr has ``sys.__stderr__`` None, and
+    its descriptor 2 may be another file by now)."""
+    for stream in (sys.stderr, sys.__stderr__):
+        try:
+            if stream is not None:
+                stream.fileno()
+                return stream
+        except (AttributeError, OSError, ValueError):
+            pass
+    return _devnull()
+
+
+@functools.cache
+def _devnull() -> TextIO:
+    """One sink for every server's stderr, open while the process lives."""
+    return open(os.devnull, "w")

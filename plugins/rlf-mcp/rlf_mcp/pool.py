@@ -146,7 +146,7 @@ _open: set[Pool] = set()
 
 def get_pool() -> Pool:
     """The process-wide pool (for tools loaded without a run), started on first use (again after :func:`shutdown`)."""
-    global _pool
+    global _pool  # noqa: PLW0603 - the process-wide pool, under _lock
     with _lock:
         if _pool is None:
             _pool = Pool()
@@ -172,7 +172,7 @@ def _close_all_at_exit() -> None:
 
 def _forget_after_fork() -> None:
     """In a forked child the pools' threads do not exist: start afresh, leave the parent's servers alone."""
-    global _lock, _pool, _open
+    global _lock, _pool, _open  # noqa: PLW0603 - a forked child starts the process-wide state afresh
     _lock = threading.Lock()
     _pool = None
     _open = set()

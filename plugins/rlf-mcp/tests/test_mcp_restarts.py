@@ -71,7 +71,8 @@ def test_a_hung_server_times_out_through_the_executor_and_is_restarted(tools):
     assert wait_gone([pid]) == []  # the SDK killed the hung process
 
 
-def test_a_server_that_keeps_failing_to_restart_is_given_up(tools, tmp_path):
+@pytest.mark.usefixtures("tools")
+def test_a_server_that_keeps_failing_to_restart_is_given_up(tmp_path):
     once = settings(once=probe_once(tmp_path / "started"))
     once.max_restarts = 2
     flaky = load(once)
@@ -87,7 +88,8 @@ def test_a_server_that_keeps_failing_to_restart_is_given_up(tools, tmp_path):
     assert "MCP server 'once' was given up after 2 failed restarts in a row" in down.content
 
 
-def test_a_server_that_cannot_start_is_an_error_naming_it(tools):
+@pytest.mark.usefixtures("tools")
+def test_a_server_that_cannot_start_is_an_error_naming_it():
     with pytest.raises(ServerDown, match=r"MCP server 'broken' \(stdio .*\) could not start"):
         load(settings(broken={"command": sys.executable, "args": ["-c", "raise SystemExit(2)"]}))
     mute = {"command": sys.executable, "args": ["-c", "import sys; sys.stdin.read()"]}  # never answers

@@ -51,10 +51,10 @@ def run_config(tmp_path_factory) -> Path:
 def test_a_run_with_two_servers_survives_one_being_killed_mid_run(run_config):
     turns: dict[str, int] = defaultdict(int)
 
-    def policy(request_id: str, prompt: str) -> str:
+    def policy(request_id: str, _prompt: str) -> str:
         turn = turns[request_id]
         turns[request_id] += 1
-        row = request_id.split("#")[0]
+        row = request_id.split("#", maxsplit=1)[0]
         if row == "math":
             return [tool_call("calculate", expression="6 * 7"), "<answer>42</answer>"][turn]
         if row == "oops":

@@ -105,12 +105,14 @@ def test_include_exclude_and_prefix_share_the_running_server(tools):
         ("exclude", ["nope"], "server 'probe', field 'exclude': no tool named 'nope'"),
     ],
 )
-def test_filter_names_must_exist_on_the_server(tools, field, names, message):
+@pytest.mark.usefixtures("tools")
+def test_filter_names_must_exist_on_the_server(field, names, message):
     with pytest.raises(McpConfigError, match=message):
         load(settings(probe={**ENTRY, field: names}))
 
 
-def test_two_servers_offering_the_same_name_need_a_prefix(tools):
+@pytest.mark.usefixtures("tools")
+def test_two_servers_offering_the_same_name_need_a_prefix():
     [entry] = configured_servers(settings(probe=ENTRY), HERE)
     probe = connection("probe")
     with pytest.raises(

@@ -65,7 +65,7 @@ def load_items(folder: Path, limit: int | None = None) -> tuple[list[Item], list
     return items, is_gold
 
 
-def serial_loop(items: list[Item], workers: int) -> list[bool]:
+def serial_loop(items: list[Item]) -> list[bool]:
     verdicts = []
     for db, gold, answer in items:
         conn = sqlite3.connect(f"file:{urllib.parse.quote(db)}?mode=ro", uri=True)
@@ -82,15 +82,15 @@ def serial_loop(items: list[Item], workers: int) -> list[bool]:
     return verdicts
 
 
-def plugin_inline(items: list[Item], workers: int) -> list[bool]:
+def plugin_inline(items: list[Item]) -> list[bool]:
     verifier = Verifier(workers=1, pool="thread")
     return [verifier.verify(*item).passed for item in items]
 
 
-def plugin_parallel(verifier: Verifier) -> Callable[[list[Item], int], list[bool]]:
+def plugin_parallel(verifier: Verifier) -> Callable[[list[Item]], list[bool]]:
     """``verify_tool``'s path: every sample's ``verify_async`` gathered at once, on a warm pool."""
 
-    def run(items: list[Item], workers: int) -> list[bool]:
+    def run(items: list[Item]) -> list[bool]:
         async def gather() -> list[bool]:
             return [r.passed for r in await asyncio.gather(*(verifier.verify_async(*item) for item in items))]
 
@@ -100,9 +100,9 @@ def plugin_parallel(verifier: Verifier) -> Callable[[list[Item], int], list[bool
     return run
 
 
-def timed(fn: Callable[[list[Item], int], list[bool]], items: list[Item], workers: int) -> tuple[float, list[bool]]:
+def timed(fn: Callable[[list[Item]], list[bool]], items: list[Item]) -> tuple[float, list[bool]]:
     start = time.perf_counter()
-    verdicts = fn(items, workers)
+    verdicts = fn(items)
     return time.perf_counter() - start, verdicts
 
 
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     threads = Verifier(workers=args.workers, pool="thread")
     processes = Verifier(workers=args.workers, pool="process")
     processes.verify_many(items[: args.workers * 4])  # start the processes before timing
-    ways = {
+    ways = {  # each way with the workers it uses, for the report
         "serial loop": (serial_loop, 1),
         "plugin inline, 1 thread": (plugin_inline, 1),
         "plugin, thread pool": (plugin_parallel(threads), args.workers),
@@ -129,8 +129,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     reference: list[bool] | None = None
     try:
         for _ in range(args.repeat):  # the ways take turns, so a busy spell on the machine hits them alike
-            for name, (fn, workers) in ways.items():
-                seconds, verdicts = timed(fn, items, workers)
+            for name, (fn, _) in ways.items():
+                seconds, verdicts = timed(fn, items)
                 best[name] = min(best[name], seconds)
                 reference = reference or verdicts
                 if verdicts != reference:

@@ -47,7 +47,7 @@ class Extraction:
 
     def follows(self, expected: AnswerFormat) -> bool:
         """Whether an answer was found in the expected shape (``plain`` accepts any shape)."""
-        return bool(self.sql) and (expected == "plain" or self.shape == expected)
+        return bool(self.sql) and expected in ("plain", self.shape)
 
 
 def extract_sql(response: str) -> Extraction:

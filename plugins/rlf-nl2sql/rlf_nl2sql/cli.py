@@ -11,11 +11,14 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import get_args
+from typing import TYPE_CHECKING, get_args
 
 import click
 
 from rlf_nl2sql.answer import AnswerFormat
+
+if TYPE_CHECKING:
+    from rlf_nl2sql.prepare import SchemaPlace
 
 DEMO_CONFIG = """\
 # rlf eval shop.yaml model.path=/path/to/a/local/model
@@ -62,8 +65,8 @@ def prepare(
     source: Path,
     out: Path,
     db_dir: Path | None,
-    schema: str,
-    answer_format: str,
+    schema: SchemaPlace,  # click.Choice holds both to their Literal's values
+    answer_format: AnswerFormat,
     where: tuple[str, ...],
     limit: int | None,
     check: bool,
@@ -86,8 +89,8 @@ def prepare(
             read_records(source),
             db_dir or source.parent,
             source=source.stem,
-            schema=schema,  # type: ignore[arg-type]  # click.Choice holds it to the Literal's values
-            answer_format=answer_format,  # type: ignore[arg-type]
+            schema=schema,
+            answer_format=answer_format,
             where=chosen,
             limit=limit,
             check=check,

@@ -30,7 +30,7 @@ import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from rlf_nl2sql.sqltext import QUERY_KEYWORDS, first_keyword
 
@@ -136,8 +136,8 @@ class Session:
         except sqlite3.Error as exc:
             self.conn.close()
             raise DatabaseUnavailable(f"cannot read {self.path} as a SQLite database: {exc}") from None
-        self.conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
-        self.conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, MAX_VALUE_BYTES)
+        _set_limit(self.conn, "ATTACHED", 0)
+        _set_limit(self.conn, "LENGTH", MAX_VALUE_BYTES)
         self._authorizer = _Authorizer()
         self.conn.set_authorizer(self._authorizer)
         self._printf = _GuardedPrintf()
@@ -163,14 +163,15 @@ class Session:
         self._authorizer.denied = None
         self._printf.refused = None
         cap = min(MAX_VALUE_BYTES, max_bytes)
-        self.conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, cap)
+        _set_limit(self.conn, "LENGTH", cap)
         self._printf.limit = cap
         self._guard_printf(self._always_guard or _PRINTF.search(sql) is not None)
         self.conn.set_progress_handler(_stop_after(time.monotonic() + timeout_s), PROGRESS_EVERY)
         try:
             cursor = self.conn.execute(sql)
             columns = [d[0] for d in cursor.description or []]
-            rows, used = [], 0
+            rows: list[tuple[Any, ...]] = []
+            used = 0
             while len(rows) <= max_rows and (row := cursor.fetchone()) is not None:
                 used += sum(len(v) if isinstance(v, (str, bytes)) else 8 for v in row)
                 if used > max_bytes:
@@ -220,6 +221,12 @@ class Session:
         self.close()
 
 
+def _set_limit(conn: sqlite3.Connection, limit: Literal["ATTACHED", "LENGTH"], value: int) -> None:
+    """Set SQLite's run-time limit ``SQLITE_LIMIT_<limit>`` on ``conn``. The lockdown needs these limits, so
+    the plugin needs Python 3.11, the first whose ``sqlite3`` can set them (its ``requires-python``)."""
+    conn.setlimit(getattr(sqlite3, f"SQLITE_LIMIT_{limit}"), value)  # type: ignore[attr-defined]  # 3.11+; mypy reads 3.10
+
+
 def _decode(raw: bytes) -> str:
     return raw.decode("utf-8", errors="replace")
 
@@ -230,7 +237,7 @@ class _Authorizer:
     def __init__(self) -> None:
         self.denied: str | None = None
 
-    def __call__(self, action: int, arg1: str | None, arg2: str | None, db: str | None, trigger: str | None) -> int:
+    def __call__(self, action: int, arg1: str | None, arg2: str | None, _db: str | None, _trigger: str | None) -> int:
         if action in _READ_ACTIONS:
             if action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() in DENIED_FUNCTIONS:
                 return self._deny(f"calling {arg2}() is not allowed")
@@ -282,7 +289,7 @@ class _GuardedPrintf:
                 if biggest > self.limit:
                     self.refused = f"{name}(): a width or precision of {biggest} is above the limit of {self.limit}"
                     raise ValueError(self.refused)
-            self._inner.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, self.limit)
+            _set_limit(self._inner, "LENGTH", self.limit)
             marks = ", ".join("?" * len(args))
             return self._inner.execute(f"SELECT printf({marks})", args).fetchone()[0]
 

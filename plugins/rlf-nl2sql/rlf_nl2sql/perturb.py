@@ -90,9 +90,9 @@ def _swap_literal(sql: str, toks: list[Token], facts: Facts) -> Perturbation | N
         if tok.kind == "dquoted" and string_value(tok).lower() in _all_columns(facts):
             continue  # a quoted identifier, not SQLite's double-quoted string fallback
         candidates.append((tok.kind == "number", i, tok, op.upper, column))
-    for _, _, tok, op, column in sorted(candidates):
+    for _, _, tok, comparison, column in sorted(candidates):
         current: Any = string_value(tok) if tok.kind != "number" else _number(tok.text)
-        replacement = _other_value(facts.values(column), current, op)
+        replacement = _other_value(facts.values(column), current, comparison)
         if replacement is None:
             continue
         text = quote_string(replacement) if isinstance(replacement, str) else repr(replacement)
@@ -124,7 +124,7 @@ def _swap_column(sql: str, toks: list[Token], facts: Facts, bare_only: bool = Fa
         table = aliases.get(qualifier) if qualifier else next(iter(aliases.values()), None)
         columns = facts.columns.get(table or "", [])
         lowered = [c.lower() for c in columns]
-        if tok.text.lower() not in lowered or len(columns) < 2:
+        if tok.text.lower() not in lowered or len(columns) <= 1:  # no other column to swap it for
             continue
         preference = 2 if "COUNT" in calls else (1 if calls else 0)
         if bare_only and preference:

@@ -88,7 +88,7 @@ async def verify_tool(sample: Sample, ctx: ScoreContext) -> Verification | None:
 
 
 @hookimpl
-def compute_score(sample: Sample, verification: Verification | None, ctx: ScoreContext) -> Score | None:
+def compute_score(verification: Verification | None, ctx: ScoreContext) -> Score | None:
     """Execution match, blended with the format component by ``format_weight``."""
     if verification is None:
         return None
@@ -102,7 +102,7 @@ def compute_score(sample: Sample, verification: Verification | None, ctx: ScoreC
 
 
 @hookimpl
-def register_examples(ctx: SetupContext) -> list[Example]:
+def register_examples() -> list[Example]:
     """Two rollouts on the shipped shop database: one explores and answers right, one answers wrong."""
     from rlf_nl2sql.shop import shop_db
 

@@ -46,6 +46,7 @@ class Prepared:
 def read_records(path: Path) -> list[dict[str, Any]]:
     """The records of a JSON list or a JSON-lines file."""
     text = path.read_text()
+    records: list[Any]  # JSON values until each is checked to be an object, below
     if text.lstrip().startswith("["):
         records = json.loads(text)
     else:
@@ -115,7 +116,7 @@ def prepare(
             if problem:
                 out.skipped.append(f"{row_id}: {problem}")
                 continue
-        extra = {"db": db, "question": question}
+        extra: dict[str, str | int | float | bool] = {"db": db, "question": question}
         extra.update({k: v for k, v in record.items() if k not in CONSUMED and isinstance(v, (str, int, float, bool))})
         prompt = build_prompt(
             question,
@@ -140,10 +141,11 @@ def _gold(record: dict[str, Any], where: str) -> str:
 
 
 def _db(record: dict[str, Any], where: str) -> str:
-    if isinstance(record.get("db"), str) and record["db"]:
-        return record["db"]
-    if isinstance(record.get("db_id"), str) and record["db_id"]:
-        return f"{record['db_id']}/{record['db_id']}.sqlite"
+    db, db_id = record.get("db"), record.get("db_id")
+    if isinstance(db, str) and db:
+        return db
+    if isinstance(db_id, str) and db_id:
+        return f"{db_id}/{db_id}.sqlite"
     raise PrepareError(f"{where}: needs 'db' (a database file) or 'db_id' (Spider/BIRD layout)")
 
 

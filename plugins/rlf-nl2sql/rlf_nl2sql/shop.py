@@ -23,7 +23,10 @@ def shop_sql() -> str:
 
 def shop_questions() -> list[dict[str, Any]]:
     """The shop's questions in Spider's format: ``{"question", "query", "db_id": "shop"}``."""
-    return json.loads(resources.files("rlf_nl2sql").joinpath("data/shop_questions.json").read_text())
+    questions: list[dict[str, Any]] = json.loads(
+        resources.files("rlf_nl2sql").joinpath("data/shop_questions.json").read_text()
+    )
+    return questions
 
 
 def build_database(script: str, path: Path) -> Path:

@@ -104,7 +104,8 @@ def render_result(result: QueryResult, *, max_chars: int, max_cell_chars: int) -
         return "(the statement returned nothing)"
     lines = [" | ".join(_cell(c, max_cell_chars) for c in result.columns)]
     lines += [" | ".join(_cell(v, max_cell_chars) for v in row) for row in result.rows]
-    kept, used = [], 0
+    kept: list[str] = []
+    used = 0
     for line in lines:
         if kept and used + len(line) + 1 > max_chars:
             break

@@ -19,6 +19,7 @@ no worker can hang.
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import multiprocessing
 import os
@@ -97,8 +98,8 @@ class Verifier:
             "format": float(extraction.follows(self.options.answer_format)),
         }
 
-        def failed(stage: str, error: str | None = None, **more: Any) -> Verification:
-            return Verification(passed=False, score=0.0, details={**details, "stage": stage, **more}, error=error)
+        def failed(stage: str, error: str) -> Verification:
+            return Verification(passed=False, score=0.0, details={**details, "stage": stage}, error=error)
 
         if not extraction.sql:
             return failed("extract", "no SQL found in the final answer")
@@ -129,7 +130,7 @@ class Verifier:
                 ignore_column_order=self.options.ignore_column_order,
             ):
                 return Verification(passed=True, score=1.0, details={**details, "stage": "compare", **counts})
-        return failed("compare", **counts)
+        return Verification(passed=False, score=0.0, details={**details, "stage": "compare", **counts})
 
     async def verify_async(self, db: str | Path, gold_sql: str | Sequence[str], response: str) -> Verification:
         """:meth:`verify` on the pool, awaited: samples awaited together verify in parallel."""
@@ -188,7 +189,7 @@ class Verifier:
             except Exception as exc:  # a closed or broken pool: the waiting samples must still hear back
                 done = Future()
                 done.set_exception(exc)
-            done.add_done_callback(lambda f, chunk=chunk: loop.call_soon_threadsafe(_settle, chunk, f))
+            done.add_done_callback(functools.partial(_settle_on, loop, chunk))
 
     def _chunks(self, n: int) -> list[tuple[int, int]]:
         """``(start, size)`` of the chunks ``n`` items are split into."""
@@ -256,6 +257,15 @@ class Verifier:
         return _Gold(result=result, ordered=has_top_level_order_by(sql))
 
 
+def _settle_on(
+    loop: asyncio.AbstractEventLoop,
+    chunk: list[tuple[Item, asyncio.Future[Verification]]],
+    done: Future[list[Verification | BaseException]],
+) -> None:
+    """A chunk's done-callback, on whichever thread finished it: settle the chunk on ``loop``'s thread."""
+    loop.call_soon_threadsafe(_settle, chunk, done)
+
+
 def _settle(
     chunk: list[tuple[Item, asyncio.Future[Verification]]], done: Future[list[Verification | BaseException]]
 ) -> None:
@@ -276,7 +286,7 @@ _WORKER: tuple[VerifyOptions, int, Verifier] | None = None
 
 
 def _verify_in_worker(options: VerifyOptions, generation: int, items: list[Item]) -> list[Verification | BaseException]:
-    global _WORKER
+    global _WORKER  # noqa: PLW0603 - one verifier per pool process, kept between its tasks
     if _WORKER is None or _WORKER[:2] != (options, generation):
         _WORKER = (options, generation, Verifier(options, workers=1, pool="thread"))
     return _WORKER[2]._verify_chunk(items)

@@ -13,6 +13,9 @@ import struct
 import zipfile
 from pathlib import Path
 
+_LENGTH_BYTES = 8
+"""A safetensors file starts with its JSON header's length, a little-endian u64."""
+
 
 class CheckpointError(RuntimeError):
     """A checkpoint cannot be loaded (the message names the file and the intact checkpoint to use
@@ -48,18 +51,18 @@ def safetensors_damage(path: Path) -> str | None:
     """Whether a safetensors file is whole: its header parses and its tensors end where the file does."""
     try:
         with path.open("rb") as f:
-            head = f.read(8)
-            if len(head) < 8:
+            head = f.read(_LENGTH_BYTES)
+            if len(head) < _LENGTH_BYTES:
                 return "shorter than a safetensors header"
             (length,) = struct.unpack("<Q", head)
             size = path.stat().st_size
-            if 8 + length > size:
-                return f"the header says {length} bytes of metadata, the file has {size - 8}"
+            if _LENGTH_BYTES + length > size:
+                return f"the header says {length} bytes of metadata, the file has {size - _LENGTH_BYTES}"
             header = json.loads(f.read(length))
     except (OSError, ValueError) as exc:
         return f"unreadable header ({exc})"
     ends = [t["data_offsets"][1] for k, t in header.items() if k != "__metadata__" and isinstance(t, dict)]
-    expected = 8 + length + max(ends, default=0)
+    expected = _LENGTH_BYTES + length + max(ends, default=0)
     if expected != size:
         return f"truncated: the tensors need {expected} bytes, the file has {size}"
     return None

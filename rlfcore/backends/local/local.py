@@ -293,7 +293,7 @@ class LocalTrainer:
         random.Random(f"{self.config.seed}/resample/{self.step}").shuffle(fresh)
         return fresh
 
-    def _update(self, trajectories: list[Trajectory]) -> dict[str, float]:
+    def _update(self, trajectories: list[Trajectory]) -> dict[str, float]:  # noqa: PLR0915 - one GRPO update, its steps in order; split, its tensors would be passed around
         usable = [t for t in trajectories if t.stop_reason != "error" and any(t.response_mask)]
         if not usable:
             return {

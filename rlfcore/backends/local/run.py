@@ -145,7 +145,8 @@ def train(
             run_dir.close()  # trackers finish their runs, also when training stopped on an error
             runtime.close()
         run_dir.curve(f"{config.source.stem if config.source else 'run'}: reward per step")
-    return json.loads((run_dir.path / "summary.json").read_text())
+    summary: dict[str, Any] = json.loads((run_dir.path / "summary.json").read_text())
+    return summary
 
 
 @contextmanager

@@ -132,7 +132,8 @@ def _token_accuracy(model: Any, seqs: list[Sequence], pad: int, device: torch.de
     ids, mask = b.input_ids.to(device), b.loss_mask.to(device)
     logits = model(input_ids=ids, attention_mask=b.attention_mask.to(device)).logits[:, :-1]
     hits = (logits.argmax(-1) == ids[:, 1:]).float() * mask
-    return (hits.sum() / mask.sum().clamp(min=1)).item()
+    accuracy: float = (hits.sum() / mask.sum().clamp(min=1)).item()
+    return accuracy
 
 
 def mean_loss(history: list[dict[str, Any]], last: int = 20) -> float:

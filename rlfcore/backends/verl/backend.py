@@ -35,13 +35,13 @@ class VerlBackend(Backend):
         config, manager = load_config(request.config_path, request.overrides)
         return TrainJob(request, config, manager, plan)
 
-    def run(self, job: TrainJob, progress: Progress | None = None) -> Outcome:
+    def run(self, job: TrainJob, progress: Progress | None = None) -> Outcome:  # noqa: ARG002 - Backend's signature
         """Launch verl (its own console and file loggers report progress, not ``progress``)."""
         from rlfcore.backends.verl.launch import start
 
         return Outcome(exit_code=start(job.request.config_path, job.request.overrides, job.plan, resume=False))
 
-    def resume(self, job: TrainJob, progress: Progress | None = None) -> Outcome:
+    def resume(self, job: TrainJob, progress: Progress | None = None) -> Outcome:  # noqa: ARG002 - as run
         from rlfcore.backends.verl.launch import start
 
         return Outcome(exit_code=start(job.request.config_path, job.request.overrides, job.plan, resume=True))

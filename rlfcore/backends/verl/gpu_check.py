@@ -148,7 +148,7 @@ def metrics(path: Path) -> dict[int, dict[str, Any]]:
     return {row["step"]: row["data"] for row in map(json.loads, path.read_text().splitlines())}
 
 
-def check(run_dir: Path) -> tuple[dict[str, Any], list[str]]:
+def check(run_dir: Path) -> tuple[dict[str, Any], list[str]]:  # noqa: PLR0912, PLR0915 - a list of independent checks of one run's files
     """What verl wrote, and every way it falls short of 2 steps, a checkpoint each, and a resumed 3rd
     whose calls reached the MCP server. verl's file logger writes ``RUN/verl_metrics.jsonl`` (the path
     rlf sets); ``--resume`` first sets the steps it keeps aside in ``verl_metrics.earlier.jsonl``."""

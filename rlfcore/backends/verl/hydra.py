@@ -75,7 +75,7 @@ def _model_path(config: RunConfig) -> str:
     return str(path.resolve()) if path.exists() or config.model.init is not None else config.model.path
 
 
-def refusals(config: RunConfig) -> list[str]:
+def refusals(config: RunConfig) -> list[str]:  # noqa: PLR0912 - one independent check per setting verl cannot honour
     """The settings of ``config`` that verl cannot honour, each with what to change it to.
 
     Only values the user set are checked, so a default never stops a run.
@@ -106,7 +106,7 @@ def refusals(config: RunConfig) -> list[str]:
             f"trainer.micro_batch_tokens ({t.micro_batch_tokens}): verl packs whole sequences into a micro-batch, "
             f"so it must hold the longest one; set it to at least rollout.max_total_tokens ({r.max_total_tokens})"
         )
-    if r.max_total_tokens < 2:
+    if r.max_total_tokens <= 1:  # a prompt and a response need a token each
         out.append(
             f"rollout.max_total_tokens ({r.max_total_tokens}): leaves no room for a prompt and a response; set it to 2 or more"
         )

@@ -30,8 +30,8 @@ REWARD_KEYS = ("score", "rlf_error")
 
 async def compute_score(
     data_source: Any = None,
-    solution_str: str | None = None,
-    ground_truth: Any = None,
+    solution_str: str | None = None,  # noqa: ARG001 - verl passes these by name; the rlf trace in extra_info has both
+    ground_truth: Any = None,  # noqa: ARG001
     extra_info: dict[str, Any] | None = None,
     rlf_config: str | None = None,
     rlf_overrides: list[str] | None = None,

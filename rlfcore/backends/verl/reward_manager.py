@@ -23,7 +23,7 @@ from rlfcore.backends.verl import REWARD_MANAGER
 class RlfRewardManager(NaiveRewardManager):
     """Scores one sample with the rlf reward function, on its own copy of ``extra_info``."""
 
-    async def run_single(self, data: Any) -> dict:
+    async def run_single(self, data: Any) -> dict[str, Any]:
         infos = data.non_tensor_batch.get("extra_info")
         if infos is not None:
             copies = np.empty(len(infos), dtype=object)

@@ -31,7 +31,7 @@ async def shared_runtime(config_path: str, overrides: Sequence[str] = ()) -> Run
     way, logged once. Every caller must be in the process's one event loop (its plugins' servers,
     semaphores and sessions live there); once that loop has closed, the next one builds afresh.
     """
-    global _loop
+    global _loop  # noqa: PLW0603 - a verl worker process has one event loop for its runtimes
     loop = asyncio.get_running_loop()
     if _loop is None or _loop.is_closed():
         _loop = loop

@@ -16,9 +16,12 @@ import math
 import operator
 import sys
 from collections.abc import Callable
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from pydantic import Field
+
+if TYPE_CHECKING:
+    from mcp.server.mcpserver import MCPServer
 
 Number = int | float
 
@@ -122,7 +125,7 @@ def _describe(node: ast.AST) -> str:
     return f"{type(node).__name__} syntax"
 
 
-def build_server():  # -> MCPServer, imported lazily so ``evaluate`` needs no MCP SDK
+def build_server() -> MCPServer:  # the SDK imported here, so ``evaluate`` needs none
     """The MCP server: one ``calculate`` tool whose errors reach the model as readable tool errors."""
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError

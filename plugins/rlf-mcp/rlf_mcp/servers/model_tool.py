@@ -41,9 +41,12 @@ import sys
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import Field
+
+if TYPE_CHECKING:
+    from mcp.server.mcpserver import MCPServer
 
 DEFAULT_DESCRIPTION = "Ask another model a question and get its answer as text."
 
@@ -92,7 +95,7 @@ def ask(endpoint: Endpoint, question: str) -> str:
     return content or ""
 
 
-def build_server(endpoint: Endpoint, description: str = DEFAULT_DESCRIPTION):  # -> MCPServer
+def build_server(endpoint: Endpoint, description: str = DEFAULT_DESCRIPTION) -> MCPServer:
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
 

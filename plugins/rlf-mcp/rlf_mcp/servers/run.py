@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mcp.server.mcpserver import MCPServer
 
 
 def parser(description: str) -> argparse.ArgumentParser:
@@ -19,7 +22,7 @@ def parser(description: str) -> argparse.ArgumentParser:
     return p
 
 
-def serve(server: Any, args: argparse.Namespace) -> None:
+def serve(server: MCPServer, args: argparse.Namespace) -> None:
     """Run an ``MCPServer`` on the transport the arguments chose, until stdin closes or it is stopped."""
     if args.http is not None:
         server.run("streamable-http", host=args.host, port=args.http)
