@@ -418,6 +418,7 @@ def validate(
         reading.issues += missing_files(config, command, backend, skip=reading.invalid)
         if command == "train":
             reading.check(("engine",), _check_chat_engine)
+        reading.check(("engine", "agent"), _check_agent_engine)
         need = _model_need(config, command, backend)
         sections = ("model",) if command in ("train", "sft") else ("model", "engine")
         issue = model_issue(config, need) if need is not None and reading.valid(*sections) else None
@@ -567,6 +568,20 @@ def _check_chat_engine(config: RunConfig) -> list[ConfigIssue]:
 
     name = config.engine.name
     return [ConfigIssue(path="engine.name", message=TRAINING_REFUSED.format(name=name))] if name in CHAT_ENGINES else []
+
+
+def _check_agent_engine(config: RunConfig) -> list[ConfigIssue]:
+    """An agent with a chat engine: the agent's endpoint serves a token engine, and a chat engine runs
+    rlf's own message loop instead, so the agent would silently never run."""
+    name = config.engine.name
+    if config.agent is None or name not in CHAT_ENGINES:
+        return []
+    message = (
+        f"an agent talks to rlf's endpoint, which serves the policy through a token engine; engine {name!r} "
+        "sends messages to another chat API, where the agent would never run: remove `agent` to evaluate "
+        "that API with rlf's own loop, or use engine.name transformers (or openai) to run the agent"
+    )
+    return [ConfigIssue(path="agent", message=message)]
 
 
 def _check_envs(config: RunConfig, manager: PluginManager) -> list[ConfigIssue]:

@@ -123,6 +123,18 @@ def test_each_command_checks_the_files_and_model_it_reads(tmp_path: Path) -> Non
     assert warned == [_issues(config, "eval")[0]] == [_issues(config, overrides=["data.train=rows.jsonl"])[0]]
 
 
+def test_an_agent_with_a_chat_engine_is_refused_where_it_would_never_run(tmp_path: Path) -> None:
+    """A chat engine evaluates another API with rlf's own message loop; an ``agent`` beside it would be
+    ignored without a word, so the pair is an error in every command."""
+    (tmp_path / "agent.py").write_text("async def run(task, client):\n    return 'x'\n")
+    config = _config(tmp_path, "model: {path: nomodel}\ndata: {eval: rows.jsonl}\nagent: {entry: agent.py:run}\n")
+    chat = ["engine.name=openai-chat", "engine.base_url=http://localhost:1/v1"]
+    for command in ("eval", "config"):
+        [issue] = _issues(config, command, chat)
+        assert issue.startswith("agent: an agent talks to rlf's endpoint") and "engine.name transformers" in issue
+    validate(config, ["agent=null", *chat], "eval")  # without the agent, the chat API is evaluated
+
+
 @pytest.mark.slow
 def test_rlf_eval_counts_template_mismatches_in_its_summary(tmp_path: Path) -> None:
     """docs/models.md: ``rlf eval`` counts the trajectories whose tokens differ from a full rendering; a
