@@ -42,9 +42,10 @@ def run_agent(
     script: Any,
     rows: list[dict[str, Any]] | None = None,
     latency_s: float = 0.0,
+    rollout: dict[str, Any] | None = None,
     **agent_cfg: Any,
 ) -> list[Trajectory]:
-    cfg: dict[str, Any] = {"plugins": ["exact"], "rollout": {"n": 1, "max_response_tokens": 400}}
+    cfg: dict[str, Any] = {"plugins": ["exact"], "rollout": {"n": 1, "max_response_tokens": 400, **(rollout or {})}}
     way = {"command": agent} if isinstance(agent, list) else {"entry": f"{PROGRAMS}:{agent}"}
     cfg["agent"] = {**way, **agent_cfg}
     runtime = make_runtime(cfg, {"exact": Exact()})
@@ -239,3 +240,20 @@ def test_a_key_of_an_ended_episode_gets_409():
     with pytest.raises(RequestError) as refused:
         gateway.episode(f"Bearer {key}")
     assert refused.value.status == 409 and "ended (answer)" in refused.value.message
+
+
+@pytest.mark.parametrize(("mode", "checked"), [(True, 3), ("group", 1), (False, 0)])
+def test_check_template_checks_the_episodes_its_mode_names(monkeypatch, mode, checked):
+    """``rollout.check_template``: every episode (true), one per group (group, the default), none (false),
+    as for rlf's own loop; an agent's group once checked only its first episode whatever the mode."""
+    seen: list[str] = []
+    real = AgentRollout.check_template
+
+    def counting(self: AgentRollout, segments: Any) -> str | None:
+        seen.append("checked")
+        return real(self, segments)
+
+    monkeypatch.setattr(AgentRollout, "check_template", counting)
+    trajs = run_agent("sdk_agent", {"q": [call("add", a=2, b=3), "5"] * 3}, rollout={"n": 3, "check_template": mode})
+    assert len(trajs) == 3 and all(t.stop_reason == "answer" for t in trajs), [t.error for t in trajs]
+    assert len(seen) == checked

@@ -203,7 +203,7 @@ class AgentRollout:
 
         async def one(k: int) -> Trajectory:
             async with gate:
-                traj = await self.trajectory(row, f"{row.id}#{k}", check=k == 0)
+                traj = await self.trajectory(row, f"{row.id}#{k}", check=k == 0 or self.cfg.check_template is True)
             if on_done is not None:
                 on_done(traj)
             return traj
