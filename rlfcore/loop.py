@@ -29,7 +29,7 @@ import zlib
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from enum import Enum
-from typing import Any, Generic, Literal, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, NamedTuple, TypeVar
 
 from rlfcore.chat import ChatTokenizer, reads_reasoning
 from rlfcore.context import TurnContext
@@ -39,6 +39,9 @@ from rlfcore.runtime import Runtime
 from rlfcore.sequences import REASONING_DROPPED, RolloutTokens, SequenceBuilder, differs_in_reasoning_only
 from rlfcore.sessions import TrajectorySessions
 from rlfcore.types import Message, ToolCall
+
+if TYPE_CHECKING:
+    from rlfcore.schema import RolloutConfig
 
 StopReason = Literal[
     "answer",
@@ -245,6 +248,16 @@ class Progress:
 
 
 P = TypeVar("P", bound=Progress)
+
+
+def checks_template(cfg: RolloutConfig, traj_id: str, sample: int | None) -> bool:
+    """Whether a trajectory (or an agent's episode) ends with the template check, by
+    ``rollout.check_template``. With ``group``: the group's first sample, or, for a caller that runs a
+    group's samples one by one (no ``sample``: verl's agent loop), one in ``n`` by a hash of the id."""
+    mode = cfg.check_template
+    if mode != "group":
+        return mode
+    return sample == 0 if sample is not None else zlib.crc32(traj_id.encode()) % cfg.n == 0
 
 
 class TurnLoop(abc.ABC, Generic[P]):
@@ -537,13 +550,7 @@ class Rollout(TurnLoop[TokenProgress]):
             p.traj.template_mismatch = self.check_template(p.traj)
 
     def _checks_template(self, traj_id: str, sample: int | None) -> bool:
-        """Whether a trajectory ends with the template check. With ``group``: the group's first sample,
-        or, for a caller that runs a group's samples one by one (no ``sample``), one in ``n`` by a hash
-        of the trajectory's id."""
-        mode = self.cfg.check_template
-        if mode != "group":
-            return mode
-        return sample == 0 if sample is not None else zlib.crc32(traj_id.encode()) % self.cfg.n == 0
+        return checks_template(self.cfg, traj_id, sample)
 
     def check_template(self, traj: Trajectory) -> str | None:
         """Where the incremental sequence departs from a full rendering of the messages, or None.

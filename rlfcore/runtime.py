@@ -11,7 +11,6 @@ import inspect
 import logging
 from collections.abc import Callable, Coroutine, Mapping
 from functools import cached_property, partial
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import pluggy
@@ -260,27 +259,16 @@ def model_source(config: RunConfig) -> str:
     """The folder (or cached hub id) the tokenizer loads from: ``model.tokenizer`` or ``model.path``.
 
     Called before a run starts anything (MCP servers, workers), so a missing model is a config error
-    naming the setting, not a chain of hub errors at the first rollout.
+    naming the setting, in the words every command's check uses (:func:`rlfcore.config.model_issue`).
     """
-    from rlfcore.schema import ConfigError, ConfigIssue
+    from rlfcore.config import model_issue
+    from rlfcore.schema import ConfigError
 
-    key = "model.tokenizer" if config.model.tokenizer else "model.path"
     source = config.model.tokenizer or config.model.path
-    label = str(config.source) if config.source else "config"
-    if not source:
-        message = "not set: name the folder of a Hugging Face model (weights, tokenizer, chat template)"
-        raise ConfigError([ConfigIssue(path="model.path", message=message)], source=label)
-    path = config.path(source)
-    if path.is_dir():
-        return str(path)
-    if in_hub_cache(source):
+    if source and config.path(source).is_dir():
+        return str(config.path(source))
+    if source and in_hub_cache(source):
         return source
-    typed = Path(source).expanduser().is_absolute()  # a path typed on the command line arrives absolute
-    hint = (
-        "; model.init describes one: build it with `rlf init-model CONFIG` (or `rlf train`)"
-        if config.model.init and not typed
-        else ""
-    )
-    where = "" if typed else ", read relative to the config's folder (a path typed on the command line is not)"
-    message = f"no folder {path} ({source!r}{where}), nor a model in the local Hugging Face cache; rlf does not download{hint}"
-    raise ConfigError([ConfigIssue(path=key, message=message)], source=label)
+    issue = model_issue(config, "tokenizer")
+    assert issue is not None  # it finds a model exactly where the two lines above do
+    raise ConfigError([issue], source=str(config.source) if config.source else "config")

@@ -24,7 +24,7 @@ from rlfcore.chat import ChatTokenizer, reads_reasoning
 from rlfcore.context import TurnContext
 from rlfcore.data import Row
 from rlfcore.engines.base import Engine, SamplingParams
-from rlfcore.loop import Room, StopReason, Trajectory, _assistant_message
+from rlfcore.loop import Room, StopReason, Trajectory, _assistant_message, checks_template
 from rlfcore.runtime import Runtime
 from rlfcore.sequences import RolloutTokens, SequenceBuilder, TemplateError
 from rlfcore.types import Message, ToolCall
@@ -203,7 +203,7 @@ class AgentRollout:
 
         async def one(k: int) -> Trajectory:
             async with gate:
-                traj = await self.trajectory(row, f"{row.id}#{k}", check=k == 0 or self.cfg.check_template is True)
+                traj = await self.trajectory(row, f"{row.id}#{k}", sample=k)
             if on_done is not None:
                 on_done(traj)
             return traj
@@ -229,8 +229,11 @@ class AgentRollout:
                     await self.gateway.stop()
                     await self._run_agent.aclose()
 
-    async def trajectory(self, row: Row, traj_id: str, check: bool = True, engine: Engine | None = None) -> Trajectory:
-        """One episode of ``row``, inside :meth:`serving`; ``check``: compare its segments with the
+    async def trajectory(
+        self, row: Row, traj_id: str, sample: int | None = None, engine: Engine | None = None
+    ) -> Trajectory:
+        """One episode of ``row``, inside :meth:`serving`; ``sample``: its place in its group, which with
+        ``rollout.check_template`` decides whether its segments are compared with the
         template's rendering; ``engine``: the policy for this episode (default: the rollout's)."""
         env = self.runtime.env_of(row.raw or {"env": row.env, "id": row.id})
         traj = Trajectory(
@@ -264,7 +267,7 @@ class AgentRollout:
             episode.ended = episode.ended or "finished"
             self.gateway.remove(key, episode.ended)
         episode.finish(outcome.stop_reason, outcome.error, outcome.answer)
-        if check and self.cfg.check_template:
+        if checks_template(self.cfg, traj_id, sample):
             traj.template_mismatch = self.check_template(episode.episode.segments)
         return traj
 
