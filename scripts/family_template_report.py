@@ -16,7 +16,6 @@ builder gives other tokens or mask than rlf's (expected 0). Exits 1 when an expe
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
 from pathlib import Path
 
@@ -24,14 +23,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _tests_module():
-    """tests/test_real_sequences.py, loaded by path (tests/ is no package)."""
-    sys.path.insert(0, str(ROOT / "tests"))
-    spec = importlib.util.spec_from_file_location("real_sequences", ROOT / "tests" / "test_real_sequences.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    """tests/test_real_sequences.py, imported with the repository's root on the path."""
+    sys.path.insert(0, str(ROOT))
+    import tests.test_real_sequences
+
+    return tests.test_real_sequences
 
 
 def main() -> int:

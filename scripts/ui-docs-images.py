@@ -1,6 +1,6 @@
 """Copy the browser tests' screenshots into docs/img/ as small PNGs for docs/ui.md.
 
-    RLF_UI_SCREENSHOTS=/tmp/shots python -m pytest tests/test_ui_browser.py tests/test_ui_train.py
+    RLF_UI_SCREENSHOTS=/tmp/shots python -m pytest tests/ui/test_ui_browser.py tests/ui/test_ui_train.py
     python scripts/ui-docs-images.py /tmp/shots
 
 Screenshots of text pages have few colours, so a palette of 64 keeps them legible at a fraction of

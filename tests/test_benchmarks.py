@@ -6,11 +6,10 @@ import importlib.util
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support import ROOT
 
 
 def test_loop_scheduling_runs_small_and_writes_its_figures(tmp_path):

@@ -11,7 +11,8 @@ import shutil
 
 import pytest
 
-from conftest import ROOT, run_rlf
+from tests.support import ROOT
+from tests.support.rlf import run_rlf
 
 EXAMPLE = ROOT / "examples" / "calculator"
 

@@ -6,10 +6,10 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from conftest import run_rlf
 from rlfcore import hookimpl
 from rlfcore.config import ConfigError, load_config
 from rlfcore.testing import make_manager
+from tests.support.rlf import run_rlf
 
 
 class SqlSettings(BaseModel):

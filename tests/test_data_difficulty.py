@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_rlf
 from rlfcore.config import ConfigError, load_config
 from rlfcore.data import DataError, normalize_row, read_difficulty, select_by_difficulty, training_rows
+from tests.support.rlf import run_rlf
 
 RATES = {"r0": 0.0, "r1": 0.25, "r2": 0.5, "r3": 0.9, "r4": 1.0}
 

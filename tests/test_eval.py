@@ -8,9 +8,9 @@ import operator
 from pathlib import Path
 
 import pytest
-from samples import ADDER_PLUGIN
 
-from conftest import run_rlf
+from tests.support.rlf import run_rlf
+from tests.support.samples import ADDER_PLUGIN
 
 TEXTS = [
     "What is 2 plus 3? The answer is 5.",

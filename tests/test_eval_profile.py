@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_rlf
 from rlfcore.evaluation import k_values, pass_at_k
+from tests.support.rlf import run_rlf
 
 SOLVED_ON = {"one_of_four": {0}, "always": {0, 1, 2, 3}, "never": set(), "half": {1, 3}}
 """Per row, the samples (``row#k``) that give the right answer."""

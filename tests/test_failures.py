@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_rlf
 from rlfcore.testing import OpenAIServer, closed_url, counting
+from tests.support.rlf import run_rlf
 
 ROWS = [{"id": f"q{i}", "prompt": f"What is {i} plus 1?", "ground_truth": str(i + 1)} for i in range(4)]
 

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_rlf
 from rlfcore.config import ConfigError, load_config
 from rlfcore.data import DataError, read_rows
 from rlfcore.plugins import PluginManager
+from tests.support.rlf import run_rlf
 
 
 def _rows_file(tmp_path: Path, lines: list[bytes]) -> Path:

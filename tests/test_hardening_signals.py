@@ -17,10 +17,10 @@ import time
 from pathlib import Path
 
 import pytest
-from samples import TINY_SIZES
 
-from conftest import ROOT
 from rlfcore.signals import Interrupted, deferred, handled, interruption
+from tests.support import ROOT
+from tests.support.samples import TINY_SIZES
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="process checks read /proc (Linux)")
 
@@ -199,7 +199,7 @@ def _steps(run: Path) -> list[dict]:
 
 @pytest.mark.slow
 def test_sigint_in_rlf_train_saves_the_last_step_and_resume_matches_an_uninterrupted_run(tmp_path):
-    from conftest import run_rlf
+    from tests.support.rlf import run_rlf
 
     config = _train_project(tmp_path)
     run = tmp_path / "part"

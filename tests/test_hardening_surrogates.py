@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_rlf
 from rlfcore.surrogates import json_line, replaced
+from tests.support.rlf import run_rlf
 
 SURROGATE_PLUGIN = r'''
 import os

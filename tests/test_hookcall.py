@@ -224,8 +224,9 @@ def test_every_hook_declares_its_rule_beside_its_spec():
 def test_rlf_eval_with_rlf_trace_plugins_prints_each_hook_call(tmp_path):
     """The real command on the embedded calculator (its real MCP server); rlfcore.testing's OpenAIServer
     stands in for the model's chat API on loopback (its calculator model), writing tool calls as text so ``parse_tool_calls`` reads them."""
-    from conftest import ROOT, run_rlf
     from rlfcore.testing import OpenAIServer
+    from tests.support import ROOT
+    from tests.support.rlf import run_rlf
 
     with OpenAIServer() as server:
         out = run_rlf(

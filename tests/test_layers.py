@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.support import ROOT
+
 PACKAGE = ROOT / "rlfcore"
 
 LAYERS: dict[str, int] = {

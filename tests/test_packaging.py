@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from packaging.requirements import Requirement
 
-from conftest import ROOT
+from tests.support import ROOT
 
 tomllib = pytest.importorskip("tomllib")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import run_rlf
+from tests.support.rlf import run_rlf
 
 
 def _project(root: Path) -> Path:

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import os
 
-from samples import die_in_worker, square_in_worker
-
 from rlfcore import hookimpl
 from rlfcore.testing import rollout
+from tests.support.samples import die_in_worker, square_in_worker
 
 ROWS = [{"id": f"q{i}", "prompt": f"square {i}", "ground_truth": str(i * i)} for i in range(4)]
 

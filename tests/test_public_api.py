@@ -7,7 +7,6 @@ covers every module. And one rule for "relative to the config", which the plugin
 
 from __future__ import annotations
 
-import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -16,47 +15,25 @@ import pytest
 
 import rlfcore
 import rlfcore.testing
+from tests.support import ROOT
+from tests.support.public_api import KIT, rlfcore_imports, shipped_files
 
-ROOT = Path(__file__).resolve().parents[1]
 PLUGINS = sorted((ROOT / "plugins").glob("rlf-*"))
-
-KIT = {"rlfcore": set(rlfcore.__all__), "rlfcore.testing": set(rlfcore.testing.__all__), "rlfcore.cli": {"cli"}}
-"""What a plugin's tests and benchmarks (not its shipped code) may import: the public API, the test kit
-and the ``rlf`` command's click group (the console script's target), to run it in-process."""
 
 EXCEPTION = "# noqa: TID251"
 """Marks, with a comment saying why, an internal import a plugin's test cannot do without."""
 
 
-def _imports(path: Path) -> list[tuple[int, str, list[str]]]:
-    tree = ast.parse(path.read_text(), str(path))
-    return [
-        (node.lineno, node.module, [a.name for a in node.names])
-        for node in ast.walk(tree)
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "rlfcore"
-    ] + [
-        (node.lineno, alias.name, [])
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Import)
-        for alias in node.names
-        if alias.name.startswith("rlfcore.")
-    ]
-
-
-def _shipped(plugin: Path) -> list[Path]:
-    return [p for p in plugin.rglob("*.py") if p.parts[len(plugin.parts)] not in ("tests", "benchmarks")]
-
-
 def test_there_are_plugins_to_check():
-    assert len(PLUGINS) >= 4 and all(_shipped(p) for p in PLUGINS)
+    assert len(PLUGINS) >= 4 and all(shipped_files(p) for p in PLUGINS)
 
 
 @pytest.mark.parametrize("plugin", PLUGINS, ids=lambda p: p.name)
 def test_shipped_plugin_code_imports_only_the_public_api(plugin):
     public = set(rlfcore.__all__)
     bad = []
-    for path in _shipped(plugin):
-        for line, module, names in _imports(path):
+    for path in shipped_files(plugin):
+        for line, module, names in rlfcore_imports(path):
             where = f"{path.relative_to(ROOT)}:{line}"
             if module != "rlfcore":
                 bad.append(f"{where}: imports from {module}; use `from rlfcore import ...`")
@@ -67,9 +44,9 @@ def test_shipped_plugin_code_imports_only_the_public_api(plugin):
 @pytest.mark.parametrize("plugin", PLUGINS, ids=lambda p: p.name)
 def test_plugin_tests_import_only_the_public_api_and_the_test_kit(plugin):
     bad = []
-    for path in [p for p in plugin.rglob("*.py") if p not in _shipped(plugin)]:
+    for path in [p for p in plugin.rglob("*.py") if p not in shipped_files(plugin)]:
         source = path.read_text().splitlines()
-        for line, module, names in _imports(path):
+        for line, module, names in rlfcore_imports(path):
             if EXCEPTION in source[line - 1]:
                 continue
             where = f"{path.relative_to(ROOT)}:{line}"

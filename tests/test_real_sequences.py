@@ -28,6 +28,7 @@ from rlfcore.loop import Rollout
 from rlfcore.sequences import REASONING_DROPPED, SequenceBuilder, TemplateError
 from rlfcore.testing import make_runtime
 from rlfcore.tools import tool
+from tests.support.docs import read_doc
 
 
 @tool
@@ -278,12 +279,11 @@ def test_template_errors_name_template_message_and_difference(real_models):
 
 def test_models_page_names_every_family_tested():
     """docs/models.md lists each tested family's template by the digest rlf's errors name it with."""
-    from pathlib import Path
 
     from rlfcore.chat import template_digest
     from rlfcore.realmodels import FAMILIES, template
 
-    page = (Path(__file__).resolve().parents[1] / "docs" / "models.md").read_text()
+    page = read_doc("models.md")
     for case in CASES.values():
         digest = template_digest(template(FAMILIES[case.family].template))
         assert f"`{digest}`" in page and f"`{case.parser}`" in page, (case.family, digest)

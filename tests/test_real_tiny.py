@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, run_rlf
+from tests.support import ROOT
+from tests.support.rlf import run_rlf
 
 EXAMPLE = ROOT / "examples" / "calculator"
 SIZES = {"hidden_size": 32, "num_layers": 1, "num_heads": 4, "num_kv_heads": 2, "intermediate_size": 64}

@@ -9,21 +9,22 @@ import re
 
 import pytest
 from packaging.requirements import Requirement
-from test_public_api import KIT, _imports, _shipped
 
 from rlfcore.scaffold import write_plugin
 from rlfcore.testing import rollout
+from tests.support.docs import read_doc
+from tests.support.public_api import KIT, rlfcore_imports, shipped_files
 
 tomllib = pytest.importorskip("tomllib")
 
 
 def test_the_scaffold_imports_only_the_public_api(tmp_path):
     plugin = write_plugin("greeter", tmp_path / "rlf-greeter")
-    shipped = _shipped(plugin)
+    shipped = shipped_files(plugin)
     bad = []
     for path in plugin.rglob("*.py"):
         allowed = {"rlfcore": KIT["rlfcore"]} if path in shipped else KIT
-        for line, module, names in _imports(path):
+        for line, module, names in rlfcore_imports(path):
             where = f"{path.relative_to(plugin)}:{line}"
             if module not in allowed:
                 bad.append(f"{where}: imports from {module}")
@@ -63,8 +64,6 @@ def test_the_readmes_install_brings_pytest(tmp_path):
 def test_the_next_line_installs_the_test_extra_and_the_tutorial_prints_it(tmp_path, monkeypatch):
     """The command ``rlf plugins new`` prints installs the ``test`` extra (pytest), and the tutorial shows
     that very line."""
-    from pathlib import Path
-
     from click.testing import CliRunner
 
     from rlfcore.cli import cli
@@ -73,5 +72,5 @@ def test_the_next_line_installs_the_test_extra_and_the_tutorial_prints_it(tmp_pa
     out = CliRunner().invoke(cli, ["plugins", "new", "calc"], catch_exceptions=False).stdout
     [line] = [x for x in out.splitlines() if x.startswith("Next: ")]
     assert line == "Next: pip install -e 'rlf-calc[test]' && rlf plugins check calc && pytest rlf-calc"
-    tutorial = (Path(__file__).resolve().parents[1] / "docs" / "plugin-tutorial.md").read_text()
+    tutorial = read_doc("plugin-tutorial.md")
     assert f"\n{line}\n" in tutorial

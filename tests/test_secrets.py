@@ -8,11 +8,11 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from conftest import run_rlf
 from rlfcore.config import ConfigError, EngineConfig, load_config
 from rlfcore.engines.chat import ChatEngine
 from rlfcore.engines.openai import OpenAIEngine
 from rlfcore.schema import REDACTED, is_secret, redacted
+from tests.support.rlf import run_rlf
 
 KEY = "sk-test-0123456789"
 

@@ -277,10 +277,10 @@ def test_the_documented_example_gives_two_trajectories_of_one_batch_their_own_da
     import sqlite3
     import types
 
-    from test_docs import _code_blocks, _read, hook_sections
+    from tests.support.docs import code_blocks, hook_sections, read_doc
 
     module = types.ModuleType("db_example")
-    exec(_code_blocks(hook_sections(_read("hooks.md"))["open_session"], "python")[1], module.__dict__)
+    exec(code_blocks(hook_sections(read_doc("hooks.md"))["open_session"], "python")[1], module.__dict__)
     rows = []
     for city in ("Paris", "Lima"):
         path = tmp_path / f"{city}.db"

@@ -24,7 +24,6 @@ from typing import Any
 
 import pytest
 
-from conftest import ROOT
 from rlfcore import hookimpl
 from rlfcore.chat import ByteChatTokenizer
 from rlfcore.data import normalize_row
@@ -32,6 +31,7 @@ from rlfcore.engines.scripted import ScriptedEngine
 from rlfcore.loop import Rollout
 from rlfcore.runloop import RunLoop
 from rlfcore.testing import make_runtime, rollout
+from tests.support import ROOT
 
 TIMEOUTS = {"session_timeout_s": 0.3, "shutdown_timeout_s": 0.5}
 ROWS = [

@@ -126,13 +126,12 @@ def test_the_tutorials_state_examples_run_a_session_per_trajectory_and_close_the
     """docs/plugin-tutorial.md section 11, run: its two examples as one local plugin."""
     import types
 
-    from test_docs import _code_blocks, _read
-
     from rlfcore.rewards import RewardPipeline
+    from tests.support.docs import code_blocks, read_doc
 
-    section = _read("plugin-tutorial.md").split("## 11. State")[1]
+    section = read_doc("plugin-tutorial.md").split("## 11. State")[1]
     module = types.ModuleType("tutorial_state")
-    for block in _code_blocks(section, "python"):
+    for block in code_blocks(section, "python"):
         exec(block, module.__dict__)
     module.register_tools = hookimpl(lambda: [module.note])
     runtime = make_runtime({"plugins": ["tut"]}, {"tut": module})

@@ -15,6 +15,7 @@ pytest.importorskip("tokenizers")
 
 from rlfcore.chat import END_OF_TURN, SPECIAL_TOKENS, ByteChatTokenizer, HFChatTokenizer
 from rlfcore.tinymodel import build_model, build_tiny, build_tokenizer, count_parameters, describe
+from tests.support import ROOT
 
 TOOLS = [
     {
@@ -184,7 +185,5 @@ def test_bad_sizes_are_named(tmp_path: Path, built: Path) -> None:
 
 def test_import_is_cheap() -> None:
     code = "import sys, rlfcore.tinymodel; print(sorted(m for m in ('torch', 'transformers', 'tokenizers') if m in sys.modules))"
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=Path(__file__).parents[1]
-    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert out.stdout.strip() == "[]"

@@ -13,24 +13,17 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, run_rlf
 from rlfcore.trackers import Trackers
-
-CONFIG = {"trainer": {"lr": 0.001, "steps": 2}, "seed": 0}
-
-
-def _log_a_run(trackers: Trackers) -> None:
-    trackers.log({"loss": 2.5, "step": 1}, 1, "sft/")
-    trackers.log({"loss": 1.5, "step": 2}, 2, "sft/")
-    trackers.log({"step": 1, "reward_mean": 0.25, "tool_use": 1, "note": "not a number", "done": True}, 1)
-    trackers.log({"step": 2, "reward_mean": 0.75, "tool_use": 0}, 2)
+from tests.support import ROOT
+from tests.support.rlf import run_rlf
+from tests.support.trackers import CONFIG, log_a_run
 
 
 def test_tensorboard_event_files_read_back(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     trackers = Trackers.open(["tensorboard"], tmp_path, "rlf", CONFIG)
-    _log_a_run(trackers)
+    log_a_run(trackers)
     trackers.close()
     events = EventAccumulator(str(tmp_path / "tensorboard"))
     events.Reload()
@@ -43,7 +36,7 @@ def test_mlflow_local_file_store_read_back_and_resumed(tmp_path, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
     trackers = Trackers.open(["mlflow"], tmp_path, "rlf-test", CONFIG)
-    _log_a_run(trackers)
+    log_a_run(trackers)
     trackers.close()
     run_id = json.loads((tmp_path / "trackers.json").read_text())["mlflow"]
     resumed = Trackers.open(["mlflow"], tmp_path, "rlf-test", CONFIG)  # --resume: the same MLflow run
@@ -111,7 +104,7 @@ def test_wandb_offline_run_read_back(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_SILENT", "true")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path))
     trackers = Trackers.open(["wandb"], tmp_path, "rlf-test", CONFIG)
-    _log_a_run(trackers)
+    log_a_run(trackers)
     trackers.close()
     run_id = json.loads((tmp_path / "trackers.json").read_text())["wandb"]
     [file] = (tmp_path / "wandb").glob(f"offline-run-*-{run_id}/run-{run_id}.wandb")
@@ -148,15 +141,15 @@ def test_trackio_local_database_read_back(tmp_path):
         import json
         from pathlib import Path
         from rlfcore.trackers import Trackers
-        from test_trackers import CONFIG, _log_a_run
+        from tests.support.trackers import CONFIG, log_a_run
         trackers = Trackers.open(["trackio"], Path({str(tmp_path)!r}), "rlf-test", CONFIG)
-        _log_a_run(trackers)
+        log_a_run(trackers)
         trackers.close()
         from trackio.sqlite_storage import SQLiteStorage
         print(json.dumps(SQLiteStorage.get_logs("rlf-test", {tmp_path.name!r})))
         """
     )
-    env = {"TRACKIO_DIR": str(tmp_path / "trackio"), "PYTHONPATH": f"{ROOT / 'tests'}:{ROOT}", "PATH": "/usr/bin:/bin"}
+    env = {"TRACKIO_DIR": str(tmp_path / "trackio"), "PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
     out = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300
     )

@@ -161,7 +161,7 @@ class OpenAIEngine(JSONEndpoint, Engine):
 
     Logprobs are whatever the server reports: vLLM's default is the temperature-1 distribution; serve
     with ``--logprobs-mode processed_logprobs`` (and no top-k/top-p) for the temperature-T logprobs
-    the local trainer computes (checked against vLLM 0.32 in tests/test_vllm_server.py).
+    the local trainer computes (checked against vLLM 0.32 in tests/engines/test_vllm_server.py).
 
     A server that stops on a stop token may leave that token out (vLLM does so for EOS in some
     versions); the engine then appends it, so ``token_ids`` end with it as :class:`Generation`
