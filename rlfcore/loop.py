@@ -95,6 +95,12 @@ class Trajectory:
     """1 where ``response_ids`` was generated (trained on), 0 where the loop added it."""
     logprobs: list[float] = field(default_factory=list)
     """The engine's log-probability of each ``response_ids`` token (0 where the mask is 0)."""
+    policy_versions: list[int] = field(default_factory=list)
+    """Per ``response_ids`` token, the policy version that sampled it (-1 where the mask is 0), where
+    the engine tracks versions (asynchronous training); else empty."""
+    kept_logmass: list[float] = field(default_factory=list)
+    """With ``policy_versions``: per token, the log of the mass the top-k/top-p cut kept (0 where
+    the mask is 0); the sampling distribution's logprob is ``logprobs - kept_logmass``."""
 
     # how it went
     num_turns: int = 0
@@ -245,6 +251,8 @@ class Progress:
     ``None`` where observation tokens are not counted (a chat API's)."""
     continued: bool = False
     """An observation continued the assistant's turn as raw text (no full rendering to check against)."""
+    seed: int | None = None
+    """The base of this trajectory's sampling seeds (:meth:`TurnLoop.run`)."""
 
 
 P = TypeVar("P", bound=Progress)
@@ -280,19 +288,28 @@ class TurnLoop(abc.ABC, Generic[P]):
         }
 
     async def run(
-        self, rows: list[Row], n: int | None = None, on_done: Callable[[Trajectory], None] | None = None
+        self,
+        rows: list[Row],
+        n: int | None = None,
+        on_done: Callable[[Trajectory], None] | None = None,
+        seed: int | None = None,
     ) -> list[Trajectory]:
         """``n`` trajectories per row (default ``rollout.n``), at most ``rollout.concurrency`` at once.
 
         Results come back grouped by row, in row order; a trajectory that fails is recorded with
-        ``stop_reason="error"``, never raised.
+        ``stop_reason="error"``, never raised. ``seed``: the sampling seeds' base for these rows
+        (default :attr:`seed`), for runs whose steps roll out at the same time.
         """
         with _older_objects_frozen():
-            groups = await asyncio.gather(*(self.group(row, n, on_done) for row in rows))
+            groups = await asyncio.gather(*(self.group(row, n, on_done, seed) for row in rows))
         return [t for group in groups for t in group]
 
     async def group(
-        self, row: Row, n: int | None = None, on_done: Callable[[Trajectory], None] | None = None
+        self,
+        row: Row,
+        n: int | None = None,
+        on_done: Callable[[Trajectory], None] | None = None,
+        seed: int | None = None,
     ) -> list[Trajectory]:
         """The ``n`` trajectories of one row (GRPO's group), sharing the run's concurrency limit."""
         if self._gate is None:
@@ -301,14 +318,16 @@ class TurnLoop(abc.ABC, Generic[P]):
 
         async def one(k: int) -> Trajectory:
             async with gate:
-                traj = await self.trajectory(row, f"{row.id}#{k}", sample=k)
+                traj = await self.trajectory(row, f"{row.id}#{k}", sample=k, seed=seed)
             if on_done is not None:
                 on_done(traj)
             return traj
 
         return list(await asyncio.gather(*(one(k) for k in range(n or self.cfg.n))))
 
-    async def trajectory(self, row: Row, traj_id: str, sample: int | None = None) -> Trajectory:
+    async def trajectory(
+        self, row: Row, traj_id: str, sample: int | None = None, seed: int | None = None
+    ) -> Trajectory:
         """One trajectory of ``row``; ``sample`` is its index in its group, when the caller knows it."""
         env = self.runtime.env_of(row.raw or {"env": row.env, "id": row.id})
         messages = list(row.prompt)
@@ -334,6 +353,7 @@ class TurnLoop(abc.ABC, Generic[P]):
             await sessions.open(ctx)
             ctx.sessions = sessions.opened
             progress = self._progress(traj, ctx, [t.schema() for t in ctx.tools.values() if t.listed])
+            progress.seed = self.seed if seed is None else seed
             await self._turns(progress)
             self._ended(progress, sample)
         except Exception as exc:  # an engine or plugin failure ends this trajectory only
@@ -388,8 +408,8 @@ class TurnLoop(abc.ABC, Generic[P]):
         p.budget = min(self.cfg.sampling.max_tokens, p.before.least)
         params = SamplingParams.from_config(self.cfg.sampling, stop_token_ids)
         params.max_tokens = p.budget
-        if self.seed is not None:  # one seed per sample and turn: a group must not repeat itself
-            params.seed = zlib.crc32(f"{self.seed}/{p.traj.id}/{turn}".encode())
+        if p.seed is not None:  # one seed per sample and turn: a group must not repeat itself
+            params.seed = zlib.crc32(f"{p.seed}/{p.traj.id}/{turn}".encode())
         return params
 
     async def _invoke(self, p: P) -> State:
@@ -492,6 +512,9 @@ class Rollout(TurnLoop[TokenProgress]):
         traj.response_ids += gen.token_ids
         traj.response_mask += [1] * len(gen.token_ids)
         traj.logprobs += gen.logprobs if gen.logprobs is not None else [0.0] * len(gen.token_ids)
+        if gen.versions is not None and gen.kept_logmass is not None:
+            traj.policy_versions += gen.versions
+            traj.kept_logmass += gen.kept_logmass
         p.gen, p.cut = gen, gen.finish_reason == "length"
         return State.PARSE
 
@@ -542,6 +565,10 @@ class Rollout(TurnLoop[TokenProgress]):
         traj.response_ids += p.obs_ids
         traj.response_mask += [0] * len(p.obs_ids)
         traj.logprobs += [0.0] * len(p.obs_ids)
+        if traj.policy_versions:
+            del traj.policy_versions[kept:], traj.kept_logmass[kept:]
+            traj.policy_versions += [-1] * len(p.obs_ids)
+            traj.kept_logmass += [0.0] * len(p.obs_ids)
         return State.GENERATE
 
     def _ended(self, p: TokenProgress, sample: int | None) -> None:

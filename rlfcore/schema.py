@@ -337,6 +337,18 @@ class TrainerConfig(_Section):
         description="Dynamic sampling (DAPO): up to this many fresh prompts per step replace groups whose rewards "
         "are all equal; 0: off.",
     )
+    max_staleness: int = Field(
+        0,
+        ge=0,
+        description="Asynchronous GRPO (local backend): rollouts of up to this many later steps run while a step "
+        "updates, and no step trains on tokens sampled more than this many updates ago; 0: synchronous.",
+    )
+    importance_correction: Literal["tis", "mis"] = Field(
+        "tis",
+        description="With max_staleness >= 1, how tokens sampled by an older policy are weighed: tis truncates the "
+        "importance weight at importance_bound; mis drops tokens whose weight lies outside [1/bound, bound].",
+    )
+    importance_bound: float = Field(2.0, gt=1, description="The importance weights' bound (TIS, MIS).")
     loggers: list[Literal["tensorboard", "wandb", "mlflow", "trackio"]] = Field(
         default_factory=list,
         description="Experiment trackers fed every step's metrics, besides metrics.jsonl (each must be installed).",
@@ -414,6 +426,22 @@ class RunConfig(_Section):
             raise ValueError(
                 "trainer.turn_advantage: return_to_go needs rlf's own loop's turns; an agent's episodes "
                 "train with outcome advantages (set trainer.turn_advantage: outcome, or drop agent)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _asynchronous(self) -> RunConfig:
+        if not self.trainer.max_staleness:
+            return self
+        if self.agent is not None:
+            raise ValueError(
+                "trainer.max_staleness: asynchronous GRPO runs rlf's own loop, not an agent program's episodes "
+                "(set trainer.max_staleness: 0, or drop agent)"
+            )
+        if self.trainer.resample_zero_variance:
+            raise ValueError(
+                "trainer.resample_zero_variance: dynamic sampling draws rows that a later step, rolling out at the "
+                "same time, may hold; with trainer.max_staleness set it to 0"
             )
         return self
 

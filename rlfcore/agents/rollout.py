@@ -187,9 +187,16 @@ class AgentRollout:
         self._serving: asyncio.Lock | None = None
 
     async def run(
-        self, rows: list[Row], n: int | None = None, on_done: Callable[[Trajectory], None] | None = None
+        self,
+        rows: list[Row],
+        n: int | None = None,
+        on_done: Callable[[Trajectory], None] | None = None,
+        seed: int | None = None,
     ) -> list[Trajectory]:
-        """``n`` episodes per row (default ``rollout.n``), grouped by row in row order."""
+        """``n`` episodes per row (default ``rollout.n``), grouped by row in row order; ``seed``
+        replaces :attr:`seed` (agent episodes of two steps never run at once)."""
+        if seed is not None:
+            self.seed = seed
         groups = await asyncio.gather(*(self.group(row, n, on_done) for row in rows))
         return [t for group in groups for t in group]
 

@@ -55,6 +55,12 @@ class Generation:
     token_ids: list[int]
     logprobs: list[float] | None
     finish_reason: Literal["stop", "length"]
+    versions: list[int] | None = None
+    """Per token, the policy version (trainer updates applied) it was sampled with, where the engine
+    tracks it (asynchronous training): a row may span versions when new weights arrive mid-turn."""
+    kept_logmass: list[float] | None = None
+    """Per token, ``log`` of the probability mass the top-k/top-p cut kept (0 without a cut), with
+    ``versions``: the distribution that drew the token gives it ``logprobs - kept_logmass``."""
 
 
 class Engine(abc.ABC):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import inspect
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -19,13 +20,12 @@ import torch.nn.functional as F
 
 from rlfcore.engines import decoder, kvcache
 from rlfcore.engines.base import Engine, Generation, SamplingParams
+from rlfcore.engines.sampling import cut_probs
 from rlfcore.threads import start_in_thread
 
 _CLOSED = "TransformersEngine was closed before this request ran"
 DRAIN_S = 30.0
 """How long a closing engine waits for its decoding thread to stop (:meth:`TransformersEngine._decoded`)."""
-_CUT_CANDIDATES = 64
-"""The most likely tokens among which a top-k/top-p cut is looked for first."""
 _CDF_BLOCK = 1024
 """Tokens per block of a seeded draw's two-level inverse CDF (:func:`_inverse_cdf`), for a
 vocabulary of more than four blocks."""
@@ -56,6 +56,10 @@ class _Request:
     logprobs: list[float] = field(default_factory=list)
     generator: torch.Generator | None = None
     request_id: str = ""
+    version: int = 0
+    """The policy version its pending logits were computed with (``record_versions``)."""
+    versions: list[int] = field(default_factory=list)
+    kept_logmass: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -231,6 +235,14 @@ class TransformersEngine(Engine):
         config_pad = getattr(model.config, "pad_token_id", None)
         self.pad_token_id = pad_token_id if pad_token_id is not None else (config_pad if config_pad is not None else 0)
         self.stats = EngineStats()
+        self.weights_lock = threading.Lock()
+        """Held for each decode step: a trainer that changes the weights while rows decode (asynchronous
+        GRPO) holds it too, so new weights reach the rows between steps, never within one."""
+        self.policy_version = 0
+        """The version of the weights, as the trainer counts its updates (set under ``weights_lock``)."""
+        self.record_versions = False
+        """Report, per generated token, the policy version it was sampled with and the log of the mass
+        the top-k/top-p cut kept (:class:`~rlfcore.engines.base.Generation`)."""
         self._logits_to_keep = "logits_to_keep" in inspect.signature(model.forward).parameters
         self._dtype = next(model.parameters()).dtype
         self._slots = kvcache.full_attention(model)
@@ -397,45 +409,61 @@ class TransformersEngine(Engine):
                 config._attn_implementation = attention
         return out.logits[:, -1, :].float(), out.past_key_values
 
-    def _decode(self, batch: _Batch, inbox: collections.deque[_Request]) -> None:  # noqa: PLR0912 - the decode loop: one place, no calls added per token
-        while True:
-            if self.scheduling == "continuous" or not batch.rows:
-                self._admit(batch, inbox)
+    def _decode(self, batch: _Batch, inbox: collections.deque[_Request]) -> None:
+        while self._step(batch, inbox):
+            pass
+
+    def _step(self, batch: _Batch, inbox: collections.deque[_Request]) -> bool:
+        """One decode step under ``weights_lock``; False once no row is left and nothing waits."""
+        with self.weights_lock:
+            return self._decode_step(batch, inbox)
+
+    def _decode_step(self, batch: _Batch, inbox: collections.deque[_Request]) -> bool:  # noqa: PLR0912 - the decode step: one place, no calls added per token
+        if self.scheduling == "continuous" or not batch.rows:
+            self._admit(batch, inbox)
+        if not batch.rows:
+            return False
+        live = [j for j, r in enumerate(batch.rows) if not r.future.done()]
+        if len(live) < len(batch.rows):  # their callers were cancelled: decoding them is wasted
+            batch.select(live, self.device)
             if not batch.rows:
-                return
-            live = [j for j, r in enumerate(batch.rows) if not r.future.done()]
-            if len(live) < len(batch.rows):  # their callers were cancelled: decoding them is wasted
-                batch.select(live, self.device)
-                if not batch.rows:
-                    continue
-            tokens, logprobs = self._sample(batch.logits, batch.rows)
-            keep: list[int] = []
-            done: list[tuple[int, _Request, Literal["stop", "length"]]] = []
-            for j, (r, tok, lp) in enumerate(zip(batch.rows, tokens.tolist(), logprobs.tolist())):
-                r.tokens.append(tok)
-                r.logprobs.append(lp)
-                if tok in r.params.stop_token_ids or (r.params.stop and self._hit_stop(r)):
-                    reason: Literal["stop", "length"] = "stop"
-                elif len(r.tokens) >= r.params.max_tokens:
-                    reason = "length"
-                else:
-                    keep.append(j)
-                    continue
-                done.append((j, r, reason))
-            version = self._weights_version() if done and self.scheduling == "continuous" else 0
-            for j, r, _ in done:
-                if r.request_id and self.scheduling == "continuous":  # kept before the caller can send its next turn
-                    self._keep_prefix(r, batch.row_kv(j), version)
-            if done:
-                self._finish([(r, reason) for _, r, reason in done])
-            if len(keep) < len(batch.rows):
-                order = batch.select(keep, self.device)
-                tokens = tokens.index_select(0, torch.tensor(order, dtype=torch.long, device=self.device))
-            if not batch.rows:
-                continue  # the next step may start with requests that arrived meanwhile
-            batch.mask = torch.cat([batch.mask, batch.mask.new_ones((len(batch.rows), 1))], dim=1)
-            batch.positions = batch.positions + 1
-            batch.logits, batch.cache = self._forward(tokens[:, None], batch.mask, batch.positions, batch.cache)
+                return True
+        tokens, logprobs, kept = self._sample(batch.logits, batch.rows)
+        keep: list[int] = []
+        done: list[tuple[int, _Request, Literal["stop", "length"]]] = []
+        if kept is not None:
+            for r, mass in zip(batch.rows, kept.tolist()):
+                r.versions.append(r.version)
+                r.kept_logmass.append(mass)
+        for j, (r, tok, lp) in enumerate(zip(batch.rows, tokens.tolist(), logprobs.tolist())):
+            r.tokens.append(tok)
+            r.logprobs.append(lp)
+            if tok in r.params.stop_token_ids or (r.params.stop and self._hit_stop(r)):
+                reason: Literal["stop", "length"] = "stop"
+            elif len(r.tokens) >= r.params.max_tokens:
+                reason = "length"
+            else:
+                keep.append(j)
+                continue
+            done.append((j, r, reason))
+        version = self._weights_version() if done and self.scheduling == "continuous" else 0
+        for j, r, _ in done:
+            if r.request_id and self.scheduling == "continuous":  # kept before the caller can send its next turn
+                self._keep_prefix(r, batch.row_kv(j), version)
+        if done:
+            self._finish([(r, reason) for _, r, reason in done])
+        if len(keep) < len(batch.rows):
+            order = batch.select(keep, self.device)
+            tokens = tokens.index_select(0, torch.tensor(order, dtype=torch.long, device=self.device))
+        if not batch.rows:
+            return True  # the next step may start with requests that arrived meanwhile
+        batch.mask = torch.cat([batch.mask, batch.mask.new_ones((len(batch.rows), 1))], dim=1)
+        batch.positions = batch.positions + 1
+        batch.logits, batch.cache = self._forward(tokens[:, None], batch.mask, batch.positions, batch.cache)
+        if self.record_versions:
+            for r in batch.rows:
+                r.version = self.policy_version
+        return True
 
     def _admit(self, batch: _Batch, inbox: collections.deque[_Request]) -> None:  # noqa: PLR0912, PLR0915 - admission runs between decode steps, in one place
         """Prefill the requests waiting, up to the free rows, and merge them into the running batch."""
@@ -498,6 +526,8 @@ class TransformersEngine(Engine):
         except Exception:
             batch.rows.extend(new)  # they fail with the batch
             raise
+        for r in new:
+            r.version = self.policy_version
         batch.merge(new, logits, cache, mask, positions[:, -1:])
 
     def _weights_version(self) -> int:
@@ -543,17 +573,23 @@ class TransformersEngine(Engine):
         tail = self.tokenizer.decode(r.tokens[-width:])
         return any(s in tail for s in r.params.stop)
 
-    def _sample(self, logits: torch.Tensor, rows: list[_Request]) -> tuple[torch.Tensor, torch.Tensor]:
-        """Next token of every row (argmax where T = 0) and its logprob at temperature T, unfiltered."""
+    def _sample(
+        self, logits: torch.Tensor, rows: list[_Request]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Next token of every row (argmax where T = 0), its logprob at temperature T, unfiltered, and
+        (``record_versions``) the log of the mass each row's top-k/top-p cut kept (0 for greedy rows)."""
         temps = [r.params.temperature or 1.0 for r in rows]
         if any(t != 1.0 for t in temps):
             logits = logits / torch.tensor(temps, device=logits.device)[:, None]  # argmax unchanged: T > 0
         logp = torch.log_softmax(logits, dim=-1)
         sampled = [j for j, r in enumerate(rows) if r.params.temperature > 0]
+        kept = torch.zeros(len(rows), device=logits.device) if self.record_versions else None
         if not sampled:
             tokens = logits.argmax(dim=-1)
         else:
             probs = self._filtered_probs(_take(logp, sampled), [rows[j].params for j in sampled])
+            if kept is not None:
+                kept = _put(kept, sampled, probs.sum(-1).log())
             drawn = torch.empty(len(sampled), dtype=torch.long, device=logits.device)
             unseeded = [k for k, j in enumerate(sampled) if rows[j].generator is None]
             if unseeded:
@@ -565,36 +601,13 @@ class TransformersEngine(Engine):
                 )
                 drawn = _put(drawn, seeded, _inverse_cdf(_take(probs, seeded), u))
             tokens = drawn if len(sampled) == len(rows) else _put(logits.argmax(dim=-1), sampled, drawn)
-        return tokens, logp.gather(1, tokens[:, None]).squeeze(1)
+        return tokens, logp.gather(1, tokens[:, None]).squeeze(1), kept
 
     @staticmethod
     def _filtered_probs(logp: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
-        """Probabilities in proportion to each row's distribution after its top-k and top-p (nucleus)
-        cut, not renormalised (both draws scale by the kept mass).
-
-        The cut is found among the most likely tokens only (a partial sort), unless some row may keep
-        more of them; then the whole vocabulary is sorted."""
-        vocab = logp.shape[-1]
-        top_k = [p.top_k if 0 < p.top_k < vocab else vocab for p in params]
-        top_p = [p.top_p for p in params]
-        probs = logp.exp()
-        if all(k == vocab for k in top_k) and all(p >= 1.0 for p in top_p):
-            return probs
-        k_t = torch.tensor(top_k, device=logp.device)
-        p_t = torch.tensor(top_p, device=logp.device)
-        head, order = probs.topk(min(vocab, _CUT_CANDIDATES), dim=-1)
-        mass = head.cumsum(dim=-1)
-        # A row's cut lies among these when it keeps at most as many, or their mass reaches its top_p.
-        if not bool(((k_t <= head.shape[-1]) | (mass[:, -1] >= p_t)).all()):
-            head, order = probs.sort(dim=-1, descending=True)
-            mass = head.cumsum(dim=-1)
-        rank = torch.arange(head.shape[-1], device=logp.device)[None, :]
-        drop = rank >= k_t[:, None]
-        # Keep the smallest prefix whose mass reaches top_p: a token goes when the mass before it does.
-        drop |= (mass - head) >= p_t[:, None]
-        drop[:, 0] = False
-        keep = torch.zeros_like(probs, dtype=torch.bool).scatter_(1, order, ~drop)
-        return probs.masked_fill_(~keep, 0.0)
+        """Probabilities in proportion to each row's distribution after its top-k and top-p cut, not
+        renormalised (both draws scale by the kept mass)."""
+        return cut_probs(logp, [p.top_k for p in params], [p.top_p for p in params])
 
     def _finish(self, ended: list[tuple[_Request, Literal["stop", "length"]]]) -> None:
         """Answer the rows that ended at this step with one wake-up of their loop (a run serves one
@@ -602,7 +615,8 @@ class TransformersEngine(Engine):
         settled = []
         for r, reason in ended:
             self.stats.generated_tokens += len(r.tokens)
-            settled.append((r.future, Generation(token_ids=r.tokens, logprobs=r.logprobs, finish_reason=reason)))
+            versions = (r.versions, r.kept_logmass) if self.record_versions else (None, None)
+            settled.append((r.future, Generation(r.tokens, r.logprobs, reason, *versions)))
         ended[0][0].future.get_loop().call_soon_threadsafe(_settle, settled)
 
 

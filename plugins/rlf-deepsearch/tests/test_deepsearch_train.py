@@ -126,7 +126,7 @@ def test_local_trainer_learns_from_search_r1_trajectories(run_config, tmp_path):
     run_dir = RunDir(tmp_path / "run")
     trainer = LocalTrainer(runtime, model, hf_tok, rows, run_dir)
     trainer.rollout.engine = ScriptedEngine(trainer.tok, policy)
-    collected, _, _ = asyncio.run(trainer._collect(rows[:1]))
+    collected, _, _ = asyncio.run(trainer.collect(rows[:1]))
     assert collected  # a real rollout of the first question, searched then answered
     history = trainer.run()
     run_dir.close()

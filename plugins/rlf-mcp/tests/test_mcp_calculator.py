@@ -61,3 +61,39 @@ def test_integer_results_stay_under_the_size_limit():
     with pytest.raises(CalculatorError, match="more than 4096 bits"):
         evaluate("2 ** 1000 * 2 ** 1000 * 2 ** 1000 * 2 ** 1000 * 2 ** 1000")
     assert format_number(evaluate("6 / 3")) == "2.0" and format_number(evaluate("6 // 3")) == "2"
+
+
+def test_a_delayed_calculator_waits_heavy_tailed_and_side_by_side():
+    """``--delay-ms``: each call waits a log-normal while of that median before it answers, and calls
+    wait at the same time (as on a remote service), so 16 calls take about the longest, not the sum."""
+    import asyncio
+    import statistics
+    import time
+
+    from rlf_mcp.servers.calculator import build_server
+
+    server = build_server(delay_ms=40, seed=1)
+
+    async def one() -> float:
+        t0 = time.perf_counter()
+        result = await server.call_tool("calculate", {"expression": "6 * 7"})
+        assert result.structured_content == {"result": "42"}
+        return time.perf_counter() - t0
+
+    async def all_at_once() -> tuple[list[float], float]:
+        t0 = time.perf_counter()
+        waits = await asyncio.gather(*(one() for _ in range(16)))
+        return list(waits), time.perf_counter() - t0
+
+    waits, wall = asyncio.run(all_at_once())
+    assert min(waits) > 0.002 and max(waits) > 0.04  # every call waited; the tail is longer than the median
+    assert wall < 0.8 * sum(waits)
+    assert 0.01 < statistics.median(waits) < 0.2
+
+
+def test_a_negative_delay_is_refused():
+    from rlf_mcp.servers.calculator import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(["--delay-ms", "-1"])
+    assert exc.value.code == 2

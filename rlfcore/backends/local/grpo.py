@@ -6,11 +6,17 @@ Pure tensor functions with no state, shared by the local trainer and its benchma
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import torch
+
+from rlfcore.engines.sampling import cut_logprobs, cuts
+
+if TYPE_CHECKING:
+    from rlfcore.schema import TrainerConfig
 
 
 def _group_stats(rewards: Sequence[float], groups: Sequence[str]) -> dict[str, tuple[float, float]]:
@@ -192,6 +198,15 @@ def response_tensor(
 def token_logprobs(model: torch.nn.Module, batch: Batch, temperature: float = 1.0) -> torch.Tensor:
     """Log-probability of each next token of ``input_ids``, ``[B, L-1]``, at the sampling temperature
     (as rollouts use); after the shared prefix, if the batch has one."""
+    return forward_logprobs(model, batch, temperature)[0]
+
+
+def forward_logprobs(
+    model: torch.nn.Module, batch: Batch, temperature: float = 1.0, top_k: int = -1, top_p: float = 1.0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`token_logprobs`, and each generated token's logprob under the distribution cut by
+    ``top_k``/``top_p`` and renormalised, as the sampler drew it (detached; ``-inf`` where the cut
+    drops the token; the same as the first without a cut). Both ``[B, L-1]``."""
     if batch.prefix_ids is None:
         out = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask)
     else:
@@ -203,13 +218,71 @@ def token_logprobs(model: torch.nn.Module, batch: Batch, temperature: float = 1.
     logits = out.logits[:, :-1].float()
     if temperature > 0 and temperature != 1.0:
         logits = logits / temperature
-    return torch.log_softmax(logits, dim=-1).gather(-1, batch.input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    full = torch.log_softmax(logits, dim=-1)
+    logp = full.gather(-1, batch.input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    if not cuts(top_k, top_p):
+        return logp, logp.detach()
+    at = batch.loss_mask.bool()
+    cut = torch.zeros_like(logp, requires_grad=False)
+    with torch.no_grad():
+        cut[at] = cut_logprobs(full.detach()[at], batch.input_ids[:, 1:][at], top_k, top_p)
+    return logp, cut
+
+
+def importance_weights(
+    old: torch.Tensor, behaviour: torch.Tensor, mask: torch.Tensor, kind: Literal["tis", "mis"], bound: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per token, the weight ``old / behaviour`` that corrects for a sample drawn by an older policy
+    (decoupled PPO: the clip works on the ratio to ``old``, the policy the step starts from), bounded:
+    TIS truncates it at ``bound``, MIS sets it to 0 outside ``[1/bound, bound]``. Also returns where
+    the raw weight lies beyond the bound. Tokens outside ``mask`` get weight 0."""
+    log_w = (old - behaviour).clamp(-20, 20)
+    beyond = log_w > math.log(bound)
+    if kind == "mis":
+        beyond |= log_w < -math.log(bound)
+    beyond &= mask.bool()
+    weights = torch.exp(log_w)
+    weights = weights.clamp(max=bound) if kind == "tis" else weights.masked_fill(beyond, 0.0)
+    return weights * mask, beyond
 
 
 def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
     """The low-variance, non-negative KL estimator per token: ``exp(ref - p) - (ref - p) - 1``."""
     delta = (ref_logp - logp).clamp(-20, 20)
     return torch.exp(delta) - delta - 1
+
+
+@dataclass
+class Correction:
+    """Asynchronous GRPO's importance weights over one step, and how far sampling and training
+    policies were apart: the gap ``|old - behaviour|`` per token, and the share beyond the bound."""
+
+    tokens: int = 0
+    beyond: int = 0
+    gap_sum: float = 0.0
+    gap_max: float = 0.0
+    weight_sum: float = 0.0
+
+    def add(self, old: torch.Tensor, behaviour: torch.Tensor, mask: torch.Tensor, cfg: TrainerConfig) -> torch.Tensor:
+        """The weights of one micro-batch (:func:`importance_weights`), counted into the step's figures."""
+        weights, beyond = importance_weights(old, behaviour, mask, cfg.importance_correction, cfg.importance_bound)
+        at = mask.bool()
+        gap = (old - behaviour).clamp(-20, 20).abs()[at]
+        self.tokens += int(at.sum())
+        self.beyond += int(beyond.sum())
+        self.gap_sum += float(gap.sum())
+        self.gap_max = max(self.gap_max, float(gap.max())) if gap.numel() else self.gap_max
+        self.weight_sum += float(weights[at].sum())
+        return weights
+
+    def metrics(self) -> dict[str, float]:
+        n = max(self.tokens, 1)
+        return {
+            "is_gap_mean": self.gap_sum / n,
+            "is_gap_max": self.gap_max,
+            "is_beyond_bound": self.beyond / n,
+            "is_weight_mean": self.weight_sum / n,
+        }
 
 
 def policy_loss(
@@ -219,16 +292,20 @@ def policy_loss(
     mask: torch.Tensor,
     clip_low: float,
     clip_high: float,
+    weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """PPO-clip per token (``[B, L-1]``, not yet aggregated) and the fraction of clipped tokens.
 
-    ``advantages`` is one per sequence (``[B]``) or one per token (``[B, L-1]``, placed like ``mask``).
+    ``advantages`` is one per sequence (``[B]``) or one per token (``[B, L-1]``, placed like ``mask``);
+    ``weights``: per token, :func:`importance_weights` for tokens an older policy sampled.
     """
     ratio = torch.exp((logp - old_logp).clamp(-20, 20))
     adv = advantages.unsqueeze(-1) if advantages.dim() == 1 else advantages
     unclipped = -adv * ratio
     clipped = -adv * ratio.clamp(1 - clip_low, 1 + clip_high)
     per_token = torch.maximum(unclipped, clipped)
+    if weights is not None:
+        per_token = per_token * weights
     clip_frac = ((clipped > unclipped).float() * mask).sum() / mask.sum().clamp(min=1)
     return per_token, clip_frac
 

@@ -11,6 +11,7 @@ the same weights with the adapters off, never a copy.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import math
@@ -20,14 +21,14 @@ import signal
 import statistics
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from rlfcore.agents.rollout import AgentRollout, agent_rollout
-from rlfcore.backends.local import grpo, lora
+from rlfcore.backends.local import asynchronous, grpo, lora
 from rlfcore.backends.local.checkpoint import load_error
 from rlfcore.backends.local.rundir import RunDir, rng_state, set_rng_state
 from rlfcore.chat import HFChatTokenizer
@@ -91,6 +92,8 @@ class LocalTrainer:
         self.rows = rows
         self.run_dir = run_dir
         self.device = next(model.parameters()).device
+        self.threads = torch.get_num_threads()
+        """torch's threads for the update, whatever a decoding engine sets for itself."""
         self.engine = TransformersEngine(
             lora.sampler(model),  # with LoRA: the layers holding the adapters, switched on
             max_batch_size=self.config.engine.max_batch_size,
@@ -121,6 +124,11 @@ class LocalTrainer:
         self.temperature = self.config.rollout.sampling.temperature or 1.0
         self.advisor = Advisor()
         """Says, once per kind, when a step cannot learn (zero reward variance, failing tools, truncation)."""
+        self.staleness = self.cfg.max_staleness
+        """Asynchronous GRPO's bound (:mod:`.asynchronous`); 0: each step rolls out, then updates."""
+        if self.staleness:
+            asynchronous.check(self)
+            self.engine.record_versions = True
 
     # --- checkpoints -----------------------------------------------------------------------------
 
@@ -176,7 +184,10 @@ class LocalTrainer:
         """Train to ``trainer.steps``. Interrupted (Ctrl-C, SIGTERM), the step in progress is dropped and
         the last finished one is saved, unless a checkpoint holds it already; :class:`Interrupted`
         then says where ``--resume`` starts."""
-        history = []
+        history: list[dict[str, Any]] = []
+        self.engine.policy_version = self.step
+        if self.staleness:
+            return asynchronous.run(self, history, on_step)
         saved, rng_after, applying = self.step, rng_state(), False
         try:
             while self.step < self.cfg.steps:
@@ -184,22 +195,28 @@ class LocalTrainer:
                 collected = self._collect_step()
                 applying = True
                 with deferred():  # the update, the step count and the logs change together or not at all
-                    metrics = self._apply_step(*collected, t0)
-                    self.run_dir.log(metrics)
-                    history.append(metrics)
-                    if on_step is not None:
-                        on_step(metrics)
-                    if self.step % self.cfg.checkpoint_every == 0 or self.step == self.cfg.steps:
-                        self.save()
+                    metrics = self.apply_step(*collected, t0)
+                    if self.end_of_step(metrics, history, on_step):
                         saved = self.step
                     rng_after, applying = rng_state(), False  # a held signal is raised after this line
         except KeyboardInterrupt as exc:
-            raise self._interrupted(exc, saved, rng_after, applying) from exc
+            raise self.interrupted(exc, saved, rng_after, applying) from exc
         return history
 
-    def _interrupted(
-        self, exc: KeyboardInterrupt, saved: int, rng_after: dict[str, Any], applying: bool
-    ) -> Interrupted:
+    def end_of_step(
+        self, metrics: dict[str, Any], history: list[dict[str, Any]], on_step: Callable[[dict[str, Any]], None] | None
+    ) -> bool:
+        """Log a step that was applied, and save it when it is due; returns whether it was saved."""
+        self.run_dir.log(metrics)
+        history.append(metrics)
+        if on_step is not None:
+            on_step(metrics)
+        if self.step % self.cfg.checkpoint_every == 0 or self.step == self.cfg.steps:
+            self.save()
+            return True
+        return False
+
+    def interrupted(self, exc: KeyboardInterrupt, saved: int, rng_after: dict[str, Any], applying: bool) -> Interrupted:
         signum = getattr(exc, "signum", signal.SIGINT)
         if applying:  # only without rlfcore.signals.handled(), which holds a signal until the step is applied
             last = self.run_dir.last_checkpoint()
@@ -224,18 +241,28 @@ class LocalTrainer:
 
     def train_step(self) -> dict[str, Any]:
         t0 = time.perf_counter()
-        return self._apply_step(*self._collect_step(), t0)
+        return self.apply_step(*self._collect_step(), t0)
+
+    def step_rows(self, step: int) -> list[Row]:
+        """The rows of step ``step`` (0-based), in the seeded order every run of this config follows."""
+        return [self.rows[i] for i in row_order(len(self.rows), self.config.seed, step, self.cfg.prompts_per_step)]
+
+    def step_seed(self, step: int) -> int:
+        """The base of step ``step``'s sampling seeds."""
+        return self.config.seed * 1_000_003 + step
+
+    def check_collected(self, trajectories: list[Trajectory], step: int) -> None:
+        """Stop the run when every sample of the step failed; say once why a step cannot learn."""
+        check_not_all_failed(trajectories, f"step {step + 1}")
+        self.advisor(trajectory_warnings(trajectories, self.config, groups=True), f"step {step + 1}")
 
     def _collect_step(self) -> tuple[list[Trajectory], float, float, int]:
-        rows = [self.rows[i] for i in row_order(len(self.rows), self.config.seed, self.step, self.cfg.prompts_per_step)]
-        self.rollout.seed = self.config.seed * 1_000_003 + self.step
-        collected = self.runtime.run(self._collect_dynamic(rows))  # the run's one loop
-        trajectories = collected[0]
-        check_not_all_failed(trajectories, f"step {self.step + 1}")
-        self.advisor(trajectory_warnings(trajectories, self.config, groups=True), f"step {self.step + 1}")
+        self.rollout.seed = self.step_seed(self.step)
+        collected = self.runtime.run(self._collect_dynamic(self.step_rows(self.step)))  # the run's one loop
+        self.check_collected(collected[0], self.step)
         return collected
 
-    def _apply_step(
+    def apply_step(
         self, trajectories: list[Trajectory], rollout_s: float, score_s: float, resampled: int, t0: float
     ) -> dict[str, Any]:
         t1 = time.perf_counter()
@@ -254,9 +281,9 @@ class LocalTrainer:
             self.run_dir.samples(self.step, [t.record() for t in trajectories[: self.cfg.samples_per_step]])
         return metrics
 
-    async def _collect(self, rows: list[Row]) -> tuple[list[Trajectory], float, float]:
+    async def collect(self, rows: list[Row], seed: int | None = None) -> tuple[list[Trajectory], float, float]:
         t0 = time.perf_counter()
-        trajectories = await self.rollout.run(rows)
+        trajectories = await self.rollout.run(rows, seed=seed)
         t1 = time.perf_counter()
         await self.rewards.score(trajectories)
         return trajectories, t1 - t0, time.perf_counter() - t1
@@ -266,7 +293,7 @@ class LocalTrainer:
         whose rewards are all equal has advantages 0 and teaches nothing, so fresh prompts (rows not in
         this step, in a seeded order) are rolled out, up to the budget, and each group of theirs that
         varies takes the place of a flat one. Also returns how many extra groups were rolled out."""
-        trajectories, rollout_s, score_s = await self._collect(rows)
+        trajectories, rollout_s, score_s = await self.collect(rows)
         budget = self.cfg.resample_zero_variance
         if not budget:
             return trajectories, rollout_s, score_s, 0
@@ -278,7 +305,7 @@ class LocalTrainer:
             take = min(len(flat), budget - drawn)
             batch, fresh = fresh[:take], fresh[take:]
             drawn += len(batch)
-            more, more_rollout_s, more_score_s = await self._collect(batch)
+            more, more_rollout_s, more_score_s = await self.collect(batch)
             rollout_s, score_s = rollout_s + more_rollout_s, score_s + more_score_s
             for group in _groups(more):
                 if flat and not _zero_variance(group):
@@ -293,7 +320,7 @@ class LocalTrainer:
         random.Random(f"{self.config.seed}/resample/{self.step}").shuffle(fresh)
         return fresh
 
-    def _update(self, trajectories: list[Trajectory]) -> dict[str, float]:  # noqa: PLR0915 - one GRPO update, its steps in order; split, its tensors would be passed around
+    def _update(self, trajectories: list[Trajectory]) -> dict[str, float]:  # noqa: PLR0912, PLR0915 - one GRPO update, its steps in order; split, its tensors would be passed around
         usable = [t for t in trajectories if t.stop_reason != "error" and any(t.response_mask)]
         if not usable:
             return {
@@ -341,16 +368,34 @@ class LocalTrainer:
             ]
         total_tokens = float(sum(sum(s.response_mask) for s in seqs))
         total_seqs = float(len(seqs))
+        behaviour: list[torch.Tensor] = []
+        """Asynchronous GRPO: per micro-batch, the logprob each token was sampled with."""
+        if self.staleness:  # one sequence per trajectory: agent episodes are refused (asynchronous.check)
+            behaviour = [
+                grpo.response_tensor(
+                    [seqs[j].prompt_ids for j in c],
+                    [asynchronous.behaviour_logprobs(usable[owner[j]]) for j in c],
+                    b.loss_mask,
+                    b.shared,
+                )
+                for c, b in zip(chunks, batches)
+            ]
+        sampling = self.config.rollout.sampling
+        cut = (sampling.top_k, sampling.top_p) if self.staleness else (-1, 1.0)
 
         # One pass over the batch is exactly on-policy: the old logprobs are this forward's own
         # (detached), so the extra no-grad forward that several epochs need is skipped.
         on_policy = self.cfg.epochs_per_step == 1
         old: list[torch.Tensor] = []
+        old_cut: list[torch.Tensor] = []
         ref: list[torch.Tensor] | None = None
-        with torch.no_grad(), autocast(self.device, self.cfg.bf16):
+        with torch.no_grad(), autocast(self.device, self.cfg.bf16), self.holding():
             if not on_policy:
                 self.model.eval()
-                old = [grpo.token_logprobs(self.model, b, self.temperature) for b in batches]
+                for b in batches:
+                    logp, logp_cut = grpo.forward_logprobs(self.model, b, self.temperature, *cut)
+                    old.append(logp)
+                    old_cut.append(logp_cut)
             if self.reference is not None:
                 ref = [grpo.token_logprobs(self.reference, b, self.temperature) for b in batches]
             elif self.kl:
@@ -361,32 +406,42 @@ class LocalTrainer:
         clip_low = self.cfg.clip_ratio
         clip_high = self.cfg.clip_ratio_high if self.cfg.clip_ratio_high is not None else clip_low
         losses, kls, clips, norms = [], [], [], []
-        self.model.train()
-        for _ in range(self.cfg.epochs_per_step):
+        weights: list[torch.Tensor | None] = [None] * len(batches)
+        correction = grpo.Correction()
+        if not self.staleness:  # asynchronously, the engine decodes in eval mode between micro-batches
+            self.model.train()
+        for epoch in range(self.cfg.epochs_per_step):
             self.optimizer.zero_grad(set_to_none=True)
             for k, batch in enumerate(batches):
-                with autocast(self.device, self.cfg.bf16):
-                    logp = grpo.token_logprobs(self.model, batch, self.temperature)
-                if on_policy:
-                    old.append(logp.detach())
-                per_token, clip_frac = grpo.policy_loss(
-                    logp, old[k], advantages[k], batch.loss_mask, clip_low, clip_high
-                )
-                if ref is not None:
-                    kl_tok = grpo.kl_k3(logp, ref[k])
-                    per_token = per_token + self.cfg.kl_coef * kl_tok
-                    kls.append(((kl_tok * batch.loss_mask).sum() / batch.loss_mask.sum().clamp(min=1)).item())
-                loss = grpo.aggregate(per_token, batch.loss_mask, self.cfg.loss_agg, total_tokens, total_seqs)
-                loss.backward()
+                with self.holding():  # the engine decodes between micro-batches, not during one
+                    with autocast(self.device, self.cfg.bf16):
+                        logp, logp_cut = grpo.forward_logprobs(self.model, batch, self.temperature, *cut)
+                    if on_policy:
+                        old.append(logp.detach())
+                        old_cut.append(logp_cut)
+                    if behaviour and weights[k] is None:
+                        weights[k] = correction.add(old_cut[k], behaviour[k], batch.loss_mask, self.cfg)
+                    per_token, clip_frac = grpo.policy_loss(
+                        logp, old[k], advantages[k], batch.loss_mask, clip_low, clip_high, weights[k]
+                    )
+                    if ref is not None:
+                        kl_tok = grpo.kl_k3(logp, ref[k])
+                        per_token = per_token + self.cfg.kl_coef * kl_tok
+                        kls.append(((kl_tok * batch.loss_mask).sum() / batch.loss_mask.sum().clamp(min=1)).item())
+                    loss = grpo.aggregate(per_token, batch.loss_mask, self.cfg.loss_agg, total_tokens, total_seqs)
+                    loss.backward()
                 losses.append(loss.item())
                 clips.append(clip_frac.item())
             if chunks:
                 norms.append(float(torch.nn.utils.clip_grad_norm_(self.params, self.cfg.max_grad_norm)))
-            self.optimizer.step()  # without gradients it changes nothing, and keeps the schedule in step
+            with self.holding():  # new weights reach the engine between two of its decode steps
+                self.optimizer.step()  # without gradients it changes nothing, and keeps the schedule in step
+                if epoch == self.cfg.epochs_per_step - 1:  # tokens sampled mid-update count as the older version
+                    self.engine.policy_version = self.step + 1
         drift = self._engine_drift(seqs, chunks, batches, old)
         lr = float(self.scheduler.get_last_lr()[0])
         self.scheduler.step()
-        return {
+        out = {
             "loss": sum(losses) / self.cfg.epochs_per_step,
             "kl": statistics.fmean(kls) if kls else 0.0,
             "grad_norm": statistics.fmean(norms) if norms else 0.0,
@@ -395,6 +450,24 @@ class LocalTrainer:
             "lr": lr,
             "logprob_drift": drift,
         }
+        if self.staleness:
+            out.update(asynchronous.staleness(self, usable))
+            out.update(correction.metrics())
+        return out
+
+    @contextlib.contextmanager
+    def holding(self) -> Iterator[None]:
+        """The weights, for one micro-batch or the optimizer step (a decoding engine waits), with
+        torch's threads as the trainer found them: an engine decoding meanwhile may have set its own."""
+        with self.engine.weights_lock:
+            threads = torch.get_num_threads()
+            if threads != self.threads:
+                torch.set_num_threads(self.threads)
+            try:
+                yield
+            finally:
+                if threads != self.threads:
+                    torch.set_num_threads(threads)
 
     def _advantages(self, usable: list[Trajectory]) -> list[list[float]]:
         """Per sample: its one advantage (``outcome``), or one per assistant turn (``return_to_go``)."""

@@ -99,6 +99,16 @@ def refusals(config: RunConfig) -> list[str]:  # noqa: PLR0912 - one independent
             "trainer.resample_zero_variance: the local trainer's dynamic sampling; verl has its own "
             "(algorithm.filter_groups in its DAPO recipe): set trainer.resample_zero_variance=0 for the verl backend"
         )
+    if t.max_staleness > 1:
+        out.append(
+            f"trainer.max_staleness ({t.max_staleness}): rlf drives verl's one-step-off trainer (1), not its "
+            "fully-async one; set trainer.max_staleness to 0 or 1 for the verl backend"
+        )
+    if t.max_staleness and t.importance_correction == "mis":
+        out.append(
+            "trainer.importance_correction: verl's rollout correction truncates the importance weight "
+            "(algorithm.rollout_correction.rollout_is); set trainer.importance_correction=tis for the verl backend"
+        )
     if t.lora is not None and t.lora.dropout:
         out.append("trainer.lora.dropout: verl's LoRA has no dropout setting; set trainer.lora.dropout=0")
     if t.micro_batch_tokens is not None and t.micro_batch_tokens < r.max_total_tokens:
@@ -275,6 +285,8 @@ def verl_overrides(
         "trainer.n_gpus_per_node": cluster.gpus_per_node,
         "trainer.nnodes": cluster.nodes,
     }
+    if t.max_staleness:
+        out.update(one_step_off(config, cluster))
     if config.model.dtype != "auto":
         out[f"{actor}.fsdp_config.model_dtype"] = _DTYPES[config.model.dtype]
         out[f"{ref}.fsdp_config.model_dtype"] = _DTYPES[config.model.dtype]
@@ -304,25 +316,73 @@ def verl_overrides(
     return [f"{k}={hydra_value(v)}" for k, v in out.items()]
 
 
-def config_dir() -> str:
-    """verl's own trainer config folder (``ppo_trainer.yaml`` and its groups)."""
+ONE_STEP_OFF = "verl.experimental.one_step_off_policy.main_ppo"
+"""verl's one-step-off trainer: rollouts of step s + 1 run on their own GPUs while step s trains."""
+
+
+def one_step_off(config: RunConfig, cluster: Cluster) -> dict[str, Any]:
+    """Overrides that run ``trainer.max_staleness: 1`` as verl's one-step-off trainer: each node's GPUs
+    split between the trainer and a standalone rollout pool, weights moved between them over NCCL,
+    and the rollout's importance weights truncated at ``trainer.importance_bound``."""
+    if cluster.gpus_per_node < 2:  # noqa: PLR2004 - one for the trainer, one for the rollout
+        raise TranslationError(
+            "trainer.max_staleness: verl's one-step-off trainer keeps its rollout on GPUs of its own, apart "
+            f"from the trainer's; give it at least 2 per node (--gpus), not {cluster.gpus_per_node}"
+        )
+    rollout_gpus = cluster.gpus_per_node // 2
+    return {
+        "actor_rollout_ref.hybrid_engine": False,
+        "trainer.n_gpus_per_node": cluster.gpus_per_node - rollout_gpus,
+        "rollout.nnodes": cluster.nodes,
+        "rollout.n_gpus_per_node": rollout_gpus,
+        "actor_rollout_ref.rollout.checkpoint_engine.backend": "nccl",
+        "algorithm.rollout_correction.rollout_is": "token",
+        "algorithm.rollout_correction.rollout_is_threshold": config.trainer.importance_bound,
+    }
+
+
+def entry(config: DictConfig) -> str:
+    """The verl module that trains this config: the PPO trainer, or the one-step-off one."""
+    return ONE_STEP_OFF if config.actor_rollout_ref.get("hybrid_engine", True) is False else "verl.trainer.main_ppo"
+
+
+def verl_root() -> str:
+    """The folder verl is installed in: its experimental trainers find their base config at the
+    relative search path ``file://verl/trainer/config``, so they are composed and run from there."""
+    import verl
+
+    return os.path.dirname(os.path.dirname(verl.__file__))
+
+
+def config_dir(one_step: bool = False) -> str:
+    """verl's trainer config folder (``ppo_trainer.yaml`` and its groups), or the one-step-off one's."""
     import verl.trainer
 
+    if one_step:
+        return os.path.join(verl_root(), *ONE_STEP_OFF.split(".")[:-1], "config")
     return os.path.join(os.path.dirname(verl.trainer.__file__), "config")
 
 
 def compose(overrides: list[str]) -> DictConfig:
-    """verl's PPO trainer config with ``overrides`` applied, as ``verl.trainer.main_ppo`` would build it."""
+    """verl's PPO trainer config with ``overrides`` applied, as ``verl.trainer.main_ppo`` would build
+    it, or as the one-step-off trainer would when the overrides turn the hybrid engine off."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
+    one_step = "actor_rollout_ref.hybrid_engine=false" in overrides
+    name = "one_step_off_ppo_trainer" if one_step else "ppo_trainer"
+    here = os.getcwd()
     try:
-        with initialize_config_dir(config_dir=config_dir(), version_base=None):
-            return hydra_compose("ppo_trainer", overrides=overrides)
+        if one_step:
+            os.chdir(verl_root())
+        with initialize_config_dir(config_dir=config_dir(one_step), version_base=None):
+            return hydra_compose(name, overrides=overrides)
     except (HydraException, OmegaConfBaseException) as exc:
         raise TranslationError(f"verl rejects the overrides: {exc}") from None
+    finally:
+        os.chdir(here)
 
 
 def validate(cfg: DictConfig) -> None:

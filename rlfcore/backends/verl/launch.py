@@ -22,7 +22,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rlfcore.backends.verl import summary
-from rlfcore.backends.verl.hydra import Cluster, compose, notices, validate, verl_overrides
+from rlfcore.backends.verl.hydra import (
+    ONE_STEP_OFF,
+    Cluster,
+    TranslationError,
+    compose,
+    entry,
+    notices,
+    validate,
+    verl_overrides,
+    verl_root,
+)
 
 if TYPE_CHECKING:
     from omegaconf import DictConfig
@@ -196,13 +206,26 @@ def keep_metrics(run_dir: str | Path, resume: bool) -> None:
 
 
 def command(plan: Plan) -> list[str]:
-    """verl's PPO entry with the plan's overrides: the command :func:`launch` runs."""
-    return [sys.executable, "-m", "verl.trainer.main_ppo", *plan.overrides]
+    """verl's trainer entry with the plan's overrides: the command :func:`launch` runs."""
+    return [sys.executable, "-m", entry(plan.config), *plan.overrides]
 
 
 def launch(plan: Plan) -> int:
-    """Run verl's PPO trainer to the end; returns its exit code."""
-    return subprocess.call(command(plan))
+    """Run verl's trainer to the end; returns its exit code. The one-step-off trainer runs from verl's
+    own folder (:func:`~rlfcore.backends.verl.hydra.verl_root`)."""
+    if entry(plan.config) != ONE_STEP_OFF:
+        return subprocess.call(command(plan))
+    import torch
+
+    if not torch.cuda.is_available():
+        # verl 0.9.1 moves weights to a standalone rollout pool only through a checkpoint engine of
+        # nccl, hccl, nixl, mooncake or kimi; "naive", the one without GPUs, serves colocated rollouts.
+        raise TranslationError(
+            "trainer.max_staleness: verl's one-step-off trainer needs GPUs: it moves weights to its rollout "
+            "pool through NCCL (verl has no CPU checkpoint engine for a separate pool); --dry-run shows its "
+            "config, and the local backend trains asynchronously on a CPU"
+        )
+    return subprocess.call(command(plan), cwd=verl_root())
 
 
 def report(plan: Plan, echo: Callable[[str], None] = print) -> None:

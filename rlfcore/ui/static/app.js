@@ -10,8 +10,11 @@ const rlf = (() => {
       {title: "stop reasons (samples per step)", prefix: "stop/", missingIsZero: true},  // a step logs only the reasons it saw
       {title: "response length (tokens)", keys: ["response_length"]},
       {title: "KL and logprob drift", keys: ["kl", "logprob_drift"]},
-      {title: "step time split (s)", keys: ["rollout_s", "score_s", "train_s", "step_s"]},
+      {title: "step time split (s)", keys: ["rollout_s", "score_s", "train_s", "step_s", "wait_s"]},
       {title: "loss and grad norm", keys: ["loss", "grad_norm", "clip_frac"]},
+      // asynchronous GRPO (trainer.max_staleness): shown only for runs that log them
+      {title: "staleness (share of tokens by updates old)", prefix: "staleness/"},
+      {title: "off-policy correction", keys: ["is_gap_mean", "is_gap_max", "is_beyond_bound", "is_weight_mean"]},
     ],
     "sft_metrics.jsonl": [
       {title: "SFT loss", keys: ["loss"]},

@@ -83,7 +83,7 @@ def test_flat_groups_are_replaced_by_varied_fresh_ones_up_to_the_budget(tmp_path
     assert len(ids) == 4 and len(collected) == 16  # the batch keeps its size: one group per prompt
     still_flat = [i for i in ids if i not in VARIED]
     if budget == 0:
-        plain, _, _ = asyncio.run(trainer._collect(rows))
+        plain, _, _ = asyncio.run(trainer.collect(rows))
         assert resampled == 0 and ids == [r.id for r in rows]
         assert [(t.id, t.reward, t.response_ids) for t in collected] == [
             (t.id, t.reward, t.response_ids) for t in plain

@@ -228,7 +228,7 @@ def test_local_trainer_trains_with_return_to_go_and_writes_metrics(tmp_path):
     trainer.rollout.engine = ScriptedEngine(trainer.tok, group_script)  # two turns per sample, known rewards
 
     # one step's samples, as the trainer collects them: per-turn advantages, normalised with the totals
-    collected, _, _ = asyncio.run(trainer._collect(trainer.rows))
+    collected, _, _ = asyncio.run(trainer.collect(trainer.rows))
     mean = 0.75
     std = math.sqrt(sum((x - mean) ** 2 for x in TOTALS.values()) / 3) + 1e-6
     returns = [[1.5, 1.0], [0.5, 0.0], [1.0, 1.0], [0.0, 0.0]]

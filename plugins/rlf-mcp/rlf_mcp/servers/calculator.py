@@ -7,13 +7,17 @@ integer results (``9**9**9`` is refused instead of computed).
 
 Run it with ``python -m rlf_mcp.servers.calculator`` (stdio) or ``--http PORT`` (streamable HTTP on
 127.0.0.1). The embedded default of ``rlf-mcp`` starts it when a run config names no server.
+``--delay-ms MEDIAN`` makes every call wait a heavy-tailed while (log-normal, that median, sigma 1)
+before it answers, as a search engine or a sandbox would: the workload where waiting dominates.
 """
 
 from __future__ import annotations
 
 import ast
+import asyncio
 import math
 import operator
+import random
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated
@@ -125,19 +129,25 @@ def _describe(node: ast.AST) -> str:
     return f"{type(node).__name__} syntax"
 
 
-def build_server() -> MCPServer:  # the SDK imported here, so ``evaluate`` needs none
-    """The MCP server: one ``calculate`` tool whose errors reach the model as readable tool errors."""
+def build_server(
+    delay_ms: float = 0.0, seed: int | None = None
+) -> MCPServer:  # the SDK imported here, so ``evaluate`` needs none
+    """The MCP server: one ``calculate`` tool whose errors reach the model as readable tool errors;
+    each call first waits a log-normal while of median ``delay_ms`` (0: none), drawn from ``seed``."""
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
 
     server = MCPServer("calculator", instructions="Exact arithmetic on numbers.", log_level="WARNING")
+    draw = random.Random(seed)
 
     @server.tool(
         description="Evaluate an arithmetic expression: numbers, + - * / // % **, unary minus and parentheses."
     )
-    def calculate(
+    async def calculate(
         expression: Annotated[str, Field(description='The expression, e.g. "12 * (3 + 4) - 2 ** 5".')],
     ) -> str:
+        if delay_ms > 0:  # awaited, so calls wait side by side as they would on a remote service
+            await asyncio.sleep(delay_ms / 1000 * draw.lognormvariate(0.0, 1.0))
         try:
             return format_number(evaluate(expression))
         except CalculatorError as exc:
@@ -149,8 +159,19 @@ def build_server() -> MCPServer:  # the SDK imported here, so ``evaluate`` needs
 def main(argv: list[str] | None = None) -> None:
     from rlf_mcp.servers.run import parser, serve
 
-    args = parser("The calculator MCP server.").parse_args(argv)
-    serve(build_server(), args)
+    p = parser("The calculator MCP server.")
+    p.add_argument(
+        "--delay-ms",
+        type=float,
+        default=0.0,
+        metavar="MEDIAN",
+        help="wait before each answer: log-normal, this median in milliseconds, heavy-tailed (default: 0)",
+    )
+    p.add_argument("--seed", type=int, default=None, help="seed of the delays (default: unseeded)")
+    args = p.parse_args(argv)
+    if args.delay_ms < 0:
+        p.error(f"--delay-ms must be 0 or more, got {args.delay_ms}")
+    serve(build_server(args.delay_ms, args.seed), args)
 
 
 if __name__ == "__main__":
