@@ -26,9 +26,13 @@ class RunFailed(RuntimeError):
 
 
 def error_of(traj: Trajectory) -> str | None:
-    """What went wrong with one trajectory: its rollout's error, else its reward's; None if nothing."""
+    """What went wrong with one trajectory: its rollout's error, an agent program's that failed before
+    the policy generated anything (a wrong model name, a missing library), else its reward's; None if
+    nothing. An agent that failed later is its sample's outcome: what it generated trains."""
     if traj.stop_reason == "error":
         return f"rollout: {traj.error}"
+    if traj.stop_reason in ("agent_error", "agent_timeout") and not traj.num_turns:
+        return f"agent: {traj.error}"
     if traj.reward_error:
         return f"reward: {traj.reward_error}"
     return None
@@ -37,7 +41,7 @@ def error_of(traj: Trajectory) -> str | None:
 def cause_of(error: str) -> str:
     """A short name for an error, shared by the samples that failed alike: ``HTTP 404``,
     ``ConnectError``, ``timeout``, else the error's first 60 characters."""
-    stage = error.split(":", 1)[0] if error.startswith(("rollout:", "reward:")) else ""
+    stage = error.split(":", 1)[0] if error.startswith(("rollout:", "agent:", "reward:")) else ""
     status = _HTTP.search(error)
     names = [n for n in _EXCEPTION.findall(error) if n != "EngineError"]
     if status:

@@ -99,3 +99,23 @@ def test_plugins_check_rejects_a_reward_of_the_wrong_type(tmp_path, value):
     out = run_rlf("plugins", "check", str(tmp_path / "wrong.py"), cwd=tmp_path)
     assert out.returncode == 1, out.stdout + out.stderr
     assert "[FAIL] smoke rollout" in out.stdout and "compute_score of plugin 'wrong' returned" in out.stdout
+
+
+def test_an_agent_that_failed_before_the_policy_generated_anything_counts_as_failed():
+    """Every episode's agent failing at once (a wrong model name, a missing library) stops the step,
+    naming the agent's error; an agent that failed after its first answer keeps its sample."""
+    from rlfcore.failures import RunFailed, check_not_all_failed, error_of
+    from rlfcore.loop import Trajectory
+
+    def episode(turns: int, reason: str = "agent_error") -> Trajectory:
+        said = "NotFoundError: model 'gpt-4o' does not exist here"
+        t = Trajectory(id="q#0", row_id="q", env=None, messages=[], num_turns=turns, error=said)
+        t.stop_reason = reason  # type: ignore[assignment]
+        return t
+
+    assert error_of(episode(0)) == "agent: NotFoundError: model 'gpt-4o' does not exist here"
+    assert error_of(episode(0, "agent_timeout")) is not None
+    assert error_of(episode(1)) is None
+    with pytest.raises(RunFailed, match=r"step 1: every trajectory failed.*agent NotFoundError ×2"):
+        check_not_all_failed([episode(0), episode(0)], "step 1")
+    check_not_all_failed([episode(0), episode(1)], "step 1")

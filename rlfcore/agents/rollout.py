@@ -47,6 +47,9 @@ class EpisodeRun:
         self.ended: str | None = None
         self.stop: StopReason | None = None
         self.last: Segment | None = None
+        self.closed = False
+        """The agent's run is over and the trajectory takes the segments: an answer still being
+        generated then (the agent was stopped while it waited) is dropped, not appended."""
 
     def end(self, reason: StopReason, error: str | None = None) -> None:
         if self.ended is None:
@@ -88,6 +91,8 @@ class EpisodeRun:
             raise RequestError(500, f"the policy failed: {type(exc).__name__}: {exc}", "policy_error") from None
         finally:
             self.traj.generate_s += time.perf_counter() - t0
+        if self.closed:
+            raise RequestError(409, f"this episode has ended ({self.ended}): it takes no more answers", "episode_ended")
         choices = []
         for s, gen in zip(segments, gens):
             choices.append(await self._answered(s, gen.token_ids, gen.logprobs, gen.finish_reason, request))
@@ -271,7 +276,7 @@ class AgentRollout:
         try:
             outcome = await self._run_agent(task_of(row), self.gateway.base_url, key)
         finally:
-            episode.ended = episode.ended or "finished"
+            episode.ended, episode.closed = episode.ended or "finished", True
             self.gateway.remove(key, episode.ended)
         episode.finish(outcome.stop_reason, outcome.error, outcome.answer)
         if checks_template(self.cfg, traj_id, sample):

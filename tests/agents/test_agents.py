@@ -4,6 +4,7 @@ loopback; a scripted engine stands in for the model where the test is about toke
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 import time
@@ -257,3 +258,36 @@ def test_check_template_checks_the_episodes_its_mode_names(monkeypatch, mode, ch
     trajs = run_agent("sdk_agent", {"q": [call("add", a=2, b=3), "5"] * 3}, rollout={"n": 3, "check_template": mode})
     assert len(trajs) == 3 and all(t.stop_reason == "answer" for t in trajs), [t.error for t in trajs]
     assert len(seen) == checked
+
+
+def test_an_answer_generated_after_its_episode_ended_is_not_recorded():
+    """The agent is stopped (agent.timeout_s) while its second request is generated: the answer that
+    comes after the trajectory was filled in is refused, and the trajectory keeps what it had."""
+    agent = {"entry": f"{AGENT_PROGRAMS}:sdk_agent", "timeout_s": 1.0}
+    runtime = make_runtime({"plugins": ["exact"], "rollout": {"n": 1}, "agent": agent}, {"exact": Exact()})
+    script = {"q": [call("add", a=2, b=3), "5"]}
+    engine = ScriptedEngine(TOK, script)
+    generate, calls = engine.generate, []
+
+    async def slow_second(prompt_ids: list[int], params: Any, request_id: str = "") -> Any:
+        calls.append(request_id)
+        if len(calls) == 2:
+            await asyncio.sleep(2.0)
+        return await generate(prompt_ids, params, request_id)
+
+    engine.generate = slow_second  # type: ignore[method-assign]
+
+    async def go() -> tuple[Trajectory, list[int]]:
+        row = normalize_row({"id": "q", "prompt": "What is 2+3?", "ground_truth": "5"}, 0)
+        [t] = await AgentRollout(runtime, engine, TOK).run([row])
+        kept = list(t.response_ids)
+        await asyncio.sleep(2.5)  # the second answer is generated meanwhile
+        return t, kept
+
+    try:
+        t, kept = runtime.run(go())
+    finally:
+        runtime.close()
+    assert len(calls) == 2 and t.stop_reason == "agent_timeout"
+    assert t.response_ids == kept
+    assert generated_tokens(t) == TOK.encode(script["q"][0]) + [EOS]
