@@ -106,6 +106,10 @@ class Episode:
     tokens: RolloutTokens
     segments: list[Segment] = field(default_factory=list)
 
+    def generated(self) -> int:
+        """Tokens the policy generated in every segment so far (a fork's shared tokens count once)."""
+        return sum(sum(s.response_mask) for s in self.segments)
+
     def place(self, messages: list[Message], tools: list[dict[str, Any]] | None) -> tuple[Segment, list[int]]:
         """The segment a request continues (or a new one) and the context to generate after.
 

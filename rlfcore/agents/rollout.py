@@ -69,13 +69,18 @@ class EpisodeRun:
             raise RequestError(
                 400, f"the chat template cannot render these messages: {exc}", "template_error"
             ) from None
-        room = Room(cfg.max_response_tokens - len(seg.response_ids), cfg.max_total_tokens - len(context))
+        # rollout.max_response_tokens bounds a segment's response and what the whole episode generates:
+        # an agent that starts a fresh context for every request must not spend max_requests times it
+        spent = self.episode.generated()
+        response = min(cfg.max_response_tokens - len(seg.response_ids), cfg.max_response_tokens - spent)
+        room = Room(response, cfg.max_total_tokens - len(context))
         if room.least <= 0:
             Episode.failed(seg)
             self.end(room.tighter)
             raise RequestError(
                 400,
-                f"this episode's context is full (rollout.{room.tighter}: {len(context)} tokens so far)",
+                f"this episode has no room left (rollout.{room.tighter}: {len(context)} tokens in this context, "
+                f"{spent} generated in the episode)",
                 "context_length_exceeded",
             )
         segments = [seg, *(self._fork(seg, k, request.n) for k in range(1, request.n))]

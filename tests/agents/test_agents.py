@@ -291,3 +291,20 @@ def test_an_answer_generated_after_its_episode_ended_is_not_recorded():
     assert len(calls) == 2 and t.stop_reason == "agent_timeout"
     assert t.response_ids == kept
     assert generated_tokens(t) == TOK.encode(script["q"][0]) + [EOS]
+
+
+@pytest.mark.parametrize("spare", [0, 1])
+def test_max_response_tokens_bounds_what_the_whole_episode_generates(spare: int):
+    """The summarising agent starts a fresh context for its second request. The episode's budget is
+    what it generated in every context: with ``spare`` tokens left, the second answer is cut there
+    (the agent takes it as its answer); with none, the request is refused as a full context and the
+    episode ends on the limit."""
+    script = {"q": [call("add", a=2, b=3), "5"]}
+    first = len(TOK.encode(script["q"][0])) + 1
+    [t] = run_agent("summarising_agent", script, rollout={"max_response_tokens": first + spare})
+    generated = [i for s in t.sequences() for i, m in zip(s.response_ids, s.response_mask) if m]
+    assert len(generated) == first + spare
+    if spare:
+        assert t.stop_reason == "answer" and generated_tokens(t) == TOK.encode("5")  # no end-of-turn: cut
+    else:
+        assert t.stop_reason == "max_response_tokens" and t.truncated and t.segments == []
