@@ -130,7 +130,7 @@ class Trajectory:
     """The row's ``extra``, for the reward hooks."""
     reward: float = 0.0
     """The total: ``reward.weights``' weighted sum of ``reward_components``; without weights, ``score``
-    (else the mean judge verdict); 0 when scoring failed."""
+    (else the mean judge verdict, else an agent's own ``agent``); 0 when scoring failed."""
     reward_components: dict[str, float] = field(default_factory=dict)
     """Each named part of the reward (``score``, a judge's, a format bonus...), before weighting."""
     reward_error: str | None = None
@@ -146,6 +146,9 @@ class Trajectory:
     # agent episodes (rlfcore.agents): what the agent program returned, and its other token sequences
     answer: str | None = None
     """What an agent program returned as its answer (then :attr:`response`); ``None`` in rlf's own loop."""
+    agent_reward: float | None = None
+    """The reward an agent program reported for its episode (``POST /v1/rlf/reward``): the
+    ``agent`` reward component."""
     segment_reason: str | None = None
     """Why the episode's last segment (this record's token fields) began, in an agent episode."""
     segments: list[dict[str, Any]] = field(default_factory=list)

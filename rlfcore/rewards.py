@@ -151,6 +151,8 @@ class RewardPipeline:
     async def _score_one(self, traj: Trajectory, sample: Sample, ctx: ScoreContext) -> None:
         traj.turn_rewards = None  # a rescored trajectory must not keep the old reward's turns
         traj.reward_traceback = None
+        if traj.agent_reward is not None:
+            traj.reward_components["agent"] = traj.agent_reward
         if traj.stop_reason == "error":
             traj.reward_error = f"rollout failed: {traj.error}"
             return
@@ -224,4 +226,4 @@ class RewardPipeline:
         elif self.cfg.weights:
             traj.reward = sum(w * comps.get(k, 0.0) for k, w in self.cfg.weights.items())
         else:
-            traj.reward = comps.get("score", comps.get("judge", 0.0))
+            traj.reward = comps.get("score", comps.get("judge", comps.get("agent", 0.0)))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 import secrets
 import socket
 import time
@@ -85,6 +86,9 @@ class Answerer(Protocol):
     """Why the episode ended, once it has."""
 
     async def complete(self, request: ChatRequest) -> Answer: ...
+
+    def report(self, reward: float) -> None:
+        """The agent's own judgement of its episode (``POST /v1/rlf/reward``)."""
 
 
 def _error(status: int, message: str, code: str, param: str | None = None) -> RequestError:
@@ -283,7 +287,31 @@ class Gateway:
 
             return StreamingResponse(events(), media_type="text/event-stream")
 
-        return Starlette(routes=[Route("/v1/models", models), Route("/v1/chat/completions", chat, methods=["POST"])])
+        async def reward(request: Request) -> Response:
+            """An agent's own reward for its episode: ``{"reward": NUMBER}``, once or more (the last counts)."""
+            try:
+                episode = self.episode(request.headers.get("authorization"))
+                raw = await request.body()
+                try:
+                    value = json.loads(raw).get("reward") if len(raw) <= MAX_BODY_BYTES else None
+                except (ValueError, AttributeError):
+                    value = None
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                    raise _error(
+                        400, 'the body must be {"reward": NUMBER}, a finite number', "invalid_reward", "reward"
+                    )
+                episode.report(float(value))
+            except RequestError as exc:
+                return JSONResponse(exc.body(), status_code=exc.status)
+            return JSONResponse({"reward": float(value)})
+
+        return Starlette(
+            routes=[
+                Route("/v1/models", models),
+                Route("/v1/chat/completions", chat, methods=["POST"]),
+                Route("/v1/rlf/reward", reward, methods=["POST"]),
+            ]
+        )
 
     async def start(self) -> None:
         """Listen on a free port of ``host``; :attr:`base_url` says where."""

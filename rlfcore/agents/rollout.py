@@ -57,6 +57,9 @@ class EpisodeRun:
             if error:
                 self.traj.error = error
 
+    def report(self, reward: float) -> None:
+        self.traj.agent_reward = reward
+
     async def complete(self, request: ChatRequest) -> Answer:
         cfg = self.rollout.cfg
         if self.requests >= self.rollout.max_requests:

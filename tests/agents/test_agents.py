@@ -44,9 +44,12 @@ def run_agent(
     rows: list[dict[str, Any]] | None = None,
     latency_s: float = 0.0,
     rollout: dict[str, Any] | None = None,
+    reward: dict[str, Any] | None = None,
     **agent_cfg: Any,
 ) -> list[Trajectory]:
     cfg: dict[str, Any] = {"plugins": ["exact"], "rollout": {"n": 1, "max_response_tokens": 400, **(rollout or {})}}
+    if reward is not None:
+        cfg["reward"] = reward
     way = {"command": agent} if isinstance(agent, list) else {"entry": f"{AGENT_PROGRAMS}:{agent}"}
     cfg["agent"] = {**way, **agent_cfg}
     runtime = make_runtime(cfg, {"exact": Exact()})
@@ -308,3 +311,12 @@ def test_max_response_tokens_bounds_what_the_whole_episode_generates(spare: int)
         assert t.stop_reason == "answer" and generated_tokens(t) == TOK.encode("5")  # no end-of-turn: cut
     else:
         assert t.stop_reason == "max_response_tokens" and t.truncated and t.segments == []
+
+
+def test_an_agent_reports_its_own_reward_to_the_endpoint():
+    """``POST /v1/rlf/reward`` with the episode's key: the ``agent`` reward component, weighed like any
+    other; a body that is not a finite number is refused with 400."""
+    [t] = run_agent("self_judging_agent", lambda rid, prompt: "5", reward={"weights": {"agent": 2.0}})
+    assert t.answer == "5 400 200" and t.agent_reward == 0.75
+    assert t.reward_components["agent"] == 0.75 and t.reward == 1.5
+    assert t.record()["agent_reward"] == 0.75  # kept, so rlf rescore composes it again

@@ -43,6 +43,18 @@ async def sdk_agent(task: dict[str, Any], client: Any) -> str | None:
     return None
 
 
+async def self_judging_agent(task: dict[str, Any], client: Any) -> str | None:
+    """Answers, then reports its own reward to the endpoint (a malformed report first: refused)."""
+    import httpx
+
+    reply = await client.chat.completions.create(model="policy", messages=list(task["messages"]))
+    url, key = f"{client.base_url}rlf/reward", {"Authorization": f"Bearer {client.api_key}"}
+    async with httpx.AsyncClient() as http:
+        bad = await http.post(url, json={"reward": "high"}, headers=key)
+        good = await http.post(url, json={"reward": 0.75}, headers=key)
+    return f"{reply.choices[0].message.content} {bad.status_code} {good.status_code}"
+
+
 async def streaming_agent(task: dict[str, Any], client: Any) -> str | None:
     """The same loop over streamed answers, rebuilt from their chunks."""
     messages: list[Any] = list(task["messages"])
