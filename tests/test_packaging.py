@@ -31,6 +31,7 @@ PLUGINS = {
     "deepsearch": "rlf-deepsearch",
     "judge-qwq": "rlf-judge-qwq",
     "code": "rlf-code",
+    "verifiers": "rlf-verifiers",
 }
 """Entry-point name -> distribution of every plugin shipped in ``plugins/``."""
 
