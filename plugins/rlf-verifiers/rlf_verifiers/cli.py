@@ -1,20 +1,26 @@
-"""``rlf verifiers``: write an installed verifiers environment's tasks as rlf rows.
+"""``rlf verifiers``: write an installed verifiers environment's tasks as rlf rows, or an rlf run config as a
+verifiers environment package.
 
 rlf verifiers prepare my-taskset -o rows.jsonl
 rlf verifiers prepare my-taskset --args '{"split": "test"}' --limit 100 -o rows.jsonl
+rlf verifiers export run.yaml -o rlf-calculator/        # then: pip install ./rlf-calculator; vf-eval rlf-calculator
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
+
+if TYPE_CHECKING:
+    from rlf_verifiers.export import Split
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def cli() -> None:
-    """Run installed verifiers environments with rlf."""
+    """Run installed verifiers environments with rlf, or rlf's as verifiers environments."""
 
 
 @cli.command()
@@ -44,3 +50,31 @@ def prepare(env: str, out: Path, args_json: str, limit: int | None) -> None:
         for row in rows:
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
     click.echo(f"wrote {len(rows)} rows to {out}")
+
+
+@cli.command()
+@click.argument("config", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("overrides", nargs=-1)
+@click.option(
+    "-o", "--out", required=True, type=click.Path(file_okay=False, path_type=Path), help="The package folder to write."
+)
+@click.option("--name", help="The environment's name, what vf-eval takes (default: the folder's name).")
+@click.option(
+    "--split", type=click.Choice(["eval", "train"]), default="eval", show_default=True, help="Which rows are the tasks."
+)
+@click.option("--limit", type=click.IntRange(min=1), help="Export at most this many rows.")
+def export(
+    config: Path, overrides: tuple[str, ...], out: Path, name: str | None, split: Split, limit: int | None
+) -> None:
+    """Write run CONFIG (with KEY=VALUE OVERRIDES) as an installable verifiers environment: its rows as the
+    tasks, its plugins' tools as a verifiers toolset, rlf's reward as the reward."""
+    from rlf_verifiers.export import ExportError
+    from rlf_verifiers.export import export as write
+    from rlfcore import ConfigError
+
+    try:
+        ids = write(config, out, name, split, limit, list(overrides))
+    except (ExportError, ConfigError) as exc:
+        raise click.ClickException(str(exc)) from None
+    name = name or out.resolve().name
+    click.echo(f"wrote {out} ({len(ids)} tasks): pip install {out}; vf-eval {name} --env.agent.runtime.type subprocess")

@@ -6,8 +6,6 @@ pipeline with a scripted policy."""
 from __future__ import annotations
 
 import json
-import os
-import sys
 import textwrap
 from importlib.metadata import PackageNotFoundError
 from pathlib import Path
@@ -17,6 +15,7 @@ import pytest
 import yaml
 from click.testing import CliRunner
 from rlf_verifiers import bridge
+from verifiers_testkit import verifiers_or_skip
 
 from rlfcore.cli import cli
 from rlfcore.testing import OpenAIServer, build_tiny, check_plugin, rollout
@@ -146,24 +145,6 @@ class DuelTaskset(vf.Taskset[vf.Task, vf.TasksetConfig]):
 
 __all__ = ["DuelEnv", "DuelTaskset"]
 """
-
-
-SITE = Path(os.environ.get("RLF_VERIFIERS_SITE", Path(__file__).parents[1] / ".site"))
-"""Where scripts/install-verifiers.sh puts verifiers apart from the venv (whose mcp and openai it would pin back)."""
-
-
-def verifiers_or_skip() -> None:
-    """Import verifiers from the venv or from :data:`SITE` (after the venv's packages); skip without it, or fail
-    where ``RLF_REQUIRE_VERIFIERS=1`` says it must be there."""
-    if SITE.is_dir() and str(SITE) not in sys.path:
-        sys.path.append(str(SITE))
-    try:
-        import verifiers.v1  # noqa: F401
-    except ImportError as exc:
-        why = f"verifiers 0.4 is not importable ({exc}): run plugins/rlf-verifiers/scripts/install-verifiers.sh"
-        if os.environ.get("RLF_REQUIRE_VERIFIERS") == "1":
-            pytest.fail(why)
-        pytest.skip(why)
 
 
 @pytest.fixture
