@@ -32,6 +32,7 @@ PLUGINS = {
     "judge-qwq": "rlf-judge-qwq",
     "code": "rlf-code",
     "verifiers": "rlf-verifiers",
+    "openenv": "rlf-openenv",
 }
 """Entry-point name -> distribution of every plugin shipped in ``plugins/``."""
 
