@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.ui import append_step, write_eval, write_launch
+from tests.support.ui import append_step, write_eval, write_launch, write_run
 
 CHROMIUM = "/usr/bin/chromium"
 ARGS = [
@@ -388,3 +388,27 @@ def test_a_cross_origin_post_from_another_page_is_refused(
     finally:
         evil.shutdown()
         evil.server_close()
+
+
+def test_an_asynchronous_runs_staleness_and_correction_are_charted(
+    page: Any, server: str, shots: Path, ui_world: dict[str, Any]
+) -> None:
+    """Asynchronous GRPO (``trainer.max_staleness``) logs each step's staleness shares and its off-policy
+    correction: both chart groups appear on its page, one series per age; a run that logs none shows neither."""
+    good = ui_world["good"]
+    folder = write_run(ui_world["runs"] / "asynchronous", [good, good], ui_world["base"] / "model")
+    lines = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    for line, old in zip(lines, (0.0, 0.4)):
+        line.update({"staleness/0": 1 - old, "staleness/1": old, "is_gap_mean": 0.02, "is_gap_max": 0.5})
+        line.update({"is_beyond_bound": 0.001, "is_weight_mean": 0.99, "wait_s": 0.3})
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    open_run(page, server, "asynchronous")
+    for title in ("staleness (share of tokens by updates old)", "off-policy correction"):
+        page.wait_for_selector(f'#charts .chart[data-chart="{title}"] canvas', timeout=10_000)
+    series = page.evaluate("""() => document.querySelector(
+        '#charts .chart[data-chart="staleness (share of tokens by updates old)"]')._chart.series.slice(1).map(s => s.label)""")
+    assert series == ["staleness/0", "staleness/1"]
+    page.screenshot(path=str(shots / "run-asynchronous.png"), full_page=True)
+    open_run(page, server, "finished")
+    page.wait_for_selector('#charts .chart[data-chart="reward"] canvas')
+    assert page.locator('#charts .chart[data-chart="off-policy correction"]').count() == 0
