@@ -45,6 +45,8 @@ class EngineStats:
     requests: int = 0
     forward_passes: int = 0
     generated_tokens: int = 0
+    refills: int = 0
+    """Rows prefilled again, prompt and tokens so far, because the weights changed under them."""
 
 
 @dataclass
@@ -58,6 +60,12 @@ class _Request:
     request_id: str = ""
     version: int = 0
     """The policy version its pending logits were computed with (``record_versions``)."""
+
+    @property
+    def context(self) -> list[int]:
+        """What a prefill of this row reads: its prompt, and the tokens generated so far (a refill)."""
+        return self.prompt_ids + self.tokens if self.tokens else self.prompt_ids
+
     versions: list[int] = field(default_factory=list)
     kept_logmass: list[float] = field(default_factory=list)
 
@@ -243,6 +251,9 @@ class TransformersEngine(Engine):
         self.record_versions = False
         """Report, per generated token, the policy version it was sampled with and the log of the mass
         the top-k/top-p cut kept (:class:`~rlfcore.engines.base.Generation`)."""
+        self.refill_on_new_weights = False
+        """When ``policy_version`` moves while rows decode, prefill them again (prompt and tokens so far)
+        under the new weights, so no row goes on from keys and values the older weights computed."""
         self._logits_to_keep = "logits_to_keep" in inspect.signature(model.forward).parameters
         self._dtype = next(model.parameters()).dtype
         self._slots = kvcache.full_attention(model)
@@ -419,6 +430,10 @@ class TransformersEngine(Engine):
             return self._decode_step(batch, inbox)
 
     def _decode_step(self, batch: _Batch, inbox: collections.deque[_Request]) -> bool:  # noqa: PLR0912 - the decode step: one place, no calls added per token
+        if self.refill_on_new_weights and batch.rows and batch.rows[0].version != self.policy_version:
+            stale, _ = batch.rows, batch.select([], self.device)  # every row's logits share one version
+            self.stats.refills += len(stale)
+            inbox.extendleft(reversed(stale))
         if self.scheduling == "continuous" or not batch.rows:
             self._admit(batch, inbox)
         if not batch.rows:
@@ -460,7 +475,7 @@ class TransformersEngine(Engine):
         batch.mask = torch.cat([batch.mask, batch.mask.new_ones((len(batch.rows), 1))], dim=1)
         batch.positions = batch.positions + 1
         batch.logits, batch.cache = self._forward(tokens[:, None], batch.mask, batch.positions, batch.cache)
-        if self.record_versions:
+        if self.record_versions or self.refill_on_new_weights:
             for r in batch.rows:
                 r.version = self.policy_version
         return True
@@ -479,11 +494,11 @@ class TransformersEngine(Engine):
                 inbox.appendleft(r)
             return
         self.stats.batches += 1
-        self.stats.requests += len(new)
+        self.stats.requests += sum(1 for r in new if not r.tokens)
         if batch.rows:
             self.stats.joins += len(new)
         for r in new:
-            if r.params.seed is not None:
+            if r.params.seed is not None and r.generator is None:  # a refilled row keeps its draws
                 r.generator = torch.Generator(device=self.device).manual_seed(r.params.seed)
         all_prefixes = [self._take_prefix(r) for r in new]
         # Requests with the same prompt and no cached prefix (a GRPO group's first turn) are prefilled
@@ -492,10 +507,10 @@ class TransformersEngine(Engine):
         row_of: list[int] = []
         firsts: list[int] = []
         for i, (r, p) in enumerate(zip(new, all_prefixes)):
-            key = tuple(r.prompt_ids) if p is None else None
+            key = tuple(r.context) if p is None else None
             if key is not None and key in distinct:
                 row_of.append(distinct[key])
-                self.stats.shared_prompt_tokens += len(r.prompt_ids)
+                self.stats.shared_prompt_tokens += len(r.context)
                 continue
             if key is not None:
                 distinct[key] = len(firsts)
@@ -503,7 +518,7 @@ class TransformersEngine(Engine):
             firsts.append(i)
         prefixes = [all_prefixes[i] for i in firsts]
         cached = [len(p.ids) if p else 0 for p in prefixes]
-        suffix = [len(new[i].prompt_ids) - c for i, c in zip(firsts, cached)]
+        suffix = [len(new[i].context) - c for i, c in zip(firsts, cached)]
         self.stats.reused_tokens += sum(cached)
         # Row i: [pads][its cached prefix] [pads][the rest of its prompt]; pads are masked out, and the
         # positions count real tokens only, so every row sees the positions it would alone.
@@ -511,7 +526,7 @@ class TransformersEngine(Engine):
         ids = torch.full((len(firsts), width), self.pad_token_id, dtype=torch.long)
         mask = torch.zeros((len(firsts), past + width), dtype=torch.long)
         for i, (r, c, n) in enumerate(zip([new[i] for i in firsts], cached, suffix)):
-            ids[i, width - n :] = torch.tensor(r.prompt_ids[c:])
+            ids[i, width - n :] = torch.tensor(r.context[c:])
             mask[i, past - c : past] = 1
             mask[i, past + width - n :] = 1
         ids, mask = ids.to(self.device), mask.to(self.device)

@@ -4,7 +4,9 @@ With ``trainer.max_staleness`` k, the rollout of step s starts once the policy h
 updates, so no token a step trains on was sampled more than k updates before it. The update runs in a
 thread of its own while the run's loop keeps serving rollouts and tools; new weights reach the engine
 between two of its decode steps (``weights_lock``), so one turn may span versions, and every token
-keeps the version and the logprob it was sampled with. The loss weighs each token by the importance
+keeps the version and the logprob it was sampled with. Rows decoding when the weights change are
+prefilled again under the new ones (``refill_on_new_weights``): no row goes on from keys and values
+the older weights computed, a mixture no policy's logprobs describe. The loss weighs each token by the importance
 ratio between the policy the step starts from and the one that sampled it (:func:`.grpo.importance_weights`).
 
 The gain is the time a synchronous trainer spends waiting: on tools, judges and the slowest

@@ -128,7 +128,7 @@ class LocalTrainer:
         """Asynchronous GRPO's bound (:mod:`.asynchronous`); 0: each step rolls out, then updates."""
         if self.staleness:
             asynchronous.check(self)
-            self.engine.record_versions = True
+            self.engine.record_versions = self.engine.refill_on_new_weights = True
 
     # --- checkpoints -----------------------------------------------------------------------------
 

@@ -211,3 +211,40 @@ def test_an_asynchronous_run_keeps_its_bound_in_the_records_and_resumes(tmp_path
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [m["step"] for m in metrics] == [1, 2, 3, 4, 5, 6]
+
+
+@pytest.mark.parametrize("refill", [True, False])
+def test_rows_are_prefilled_again_when_the_weights_change_under_them(tmp_path: Path, refill: bool):
+    """The weights change between two decode steps, as an asynchronous update changes them. With
+    ``refill_on_new_weights`` every token sampled after the change has the new model's logprob over its
+    whole context; without it, the row goes on from keys and values the old weights computed, and its
+    logprobs are neither model's."""
+    from rlfcore.engines.base import SamplingParams
+
+    trainer = _trainer(tmp_path)
+    engine, model = trainer.engine, trainer.model
+    engine.refill_on_new_weights = refill
+    step, steps = engine._decode_step, []
+
+    def then_new_weights(*args: Any) -> bool:  # the trainer's update, between two steps
+        going = step(*args)
+        steps.append(1)
+        if len(steps) == 4:
+            g = torch.Generator().manual_seed(0)
+            with torch.no_grad():
+                for p in model.parameters():
+                    p.add_(0.05 * torch.randn(p.shape, generator=g))
+            engine.policy_version = 1
+        return going
+
+    engine._decode_step = then_new_weights
+    prompt = trainer.tok.encode("Say something about 3.")
+    params = SamplingParams(temperature=1.0, max_tokens=12, seed=3, stop_token_ids=[])
+    gen = asyncio.run(engine.generate(prompt, params, request_id="x#0"))
+    assert len(gen.token_ids) == 12 and engine.stats.refills == (1 if refill else 0)
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([prompt + gen.token_ids])).logits[0, len(prompt) - 1 : -1]
+    new = torch.log_softmax(logits.float(), -1).gather(1, torch.tensor(gen.token_ids)[:, None]).squeeze(1)
+    after = slice(4, None)  # the 5th token on was sampled after the change
+    drift = (torch.tensor(gen.logprobs)[after] - new[after]).abs().max().item()
+    assert (drift < 1e-4) if refill else (drift > 1e-3), drift
