@@ -20,6 +20,7 @@ from rlfcore.stash import Stash, StashKey
 from rlfcore.surrogates import first_lone
 from rlfcore.tools import tool
 from rlfcore.types import (
+    Done,
     Example,
     Message,
     Sample,
@@ -33,9 +34,13 @@ from rlfcore.types import (
 
 if TYPE_CHECKING:
     from rlfcore.chat import ChatTokenizer
+    from rlfcore.config import load_config
+    from rlfcore.data import normalize_row, read_rows
     from rlfcore.engines.base import Engine, Generation, SamplingParams
-    from rlfcore.loop import continuation
+    from rlfcore.loop import Trajectory, continuation
+    from rlfcore.rewards import RewardPipeline
     from rlfcore.schema import ConfigError, RunConfig
+    from rlfcore.testing import make_runtime
 
 __version__ = "0.1.0"
 
@@ -47,18 +52,28 @@ _LAZY = {
     "RunConfig": "rlfcore.schema",
     "SamplingParams": "rlfcore.engines.base",
     "continuation": "rlfcore.loop",
+    # A plugin that hosts rlf's environments in another framework (rlf-verifiers' export) loads a
+    # config and its rows, sets up a runtime, and scores trajectories with rlf's reward pipeline.
+    "RewardPipeline": "rlfcore.rewards",
+    "Trajectory": "rlfcore.loop",
+    "load_config": "rlfcore.config",
+    "make_runtime": "rlfcore.testing",
+    "normalize_row": "rlfcore.data",
+    "read_rows": "rlfcore.data",
 }
 """Public names whose modules are heavier (pydantic models, the loop) or sit in a higher layer (the
-engines), imported when first used."""
+engines, the loop, the reward pipeline), imported when first used."""
 
 __all__ = [
     "ChatTokenizer",
     "ConfigError",
+    "Done",
     "Engine",
     "Example",
     "Generation",
     "Message",
     "RegistryError",
+    "RewardPipeline",
     "RunConfig",
     "Sample",
     "SamplingParams",
@@ -70,6 +85,7 @@ __all__ = [
     "Tool",
     "ToolCall",
     "ToolResult",
+    "Trajectory",
     "TransientToolError",
     "TurnContext",
     "Verification",
@@ -79,7 +95,11 @@ __all__ = [
     "continuation",
     "first_lone",
     "hookimpl",
+    "load_config",
+    "make_runtime",
+    "normalize_row",
     "pip_download",
+    "read_rows",
     "resolve_path",
     "tool",
 ]

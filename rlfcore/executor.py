@@ -37,7 +37,7 @@ from rlfcore.schemas import argument_problems
 from rlfcore.surrogates import replaced
 from rlfcore.threads import Raised, start_in_thread
 from rlfcore.tools import SESSION
-from rlfcore.types import Tool, ToolCall, ToolErrorKind, ToolResult, TransientToolError
+from rlfcore.types import Done, Tool, ToolCall, ToolErrorKind, ToolResult, TransientToolError
 
 if TYPE_CHECKING:
     from rlfcore.sessions import OpenSession
@@ -58,6 +58,8 @@ class _Outcome:
     traceback: str | None = None
     cut: bool = False
     """``content`` is already what the model sees (a cached result)."""
+    done: bool = False
+    """The tool returned :class:`~rlfcore.types.Done`."""
 
 
 class ToolMetrics:
@@ -176,6 +178,7 @@ class ToolExecutor:
             error=outcome.error,
             latency_s=time.perf_counter() - start,
             traceback=outcome.traceback,
+            done=outcome.done,
         )
         self.metrics.record(result, known_tool=tool is not None, cached=cached)
         return result
@@ -232,6 +235,8 @@ class ToolExecutor:
                 return _Outcome(
                     f"Error: tool {tool.name!r} failed: {type(raised).__name__}: {raised}", "exception", trace
                 )
+            if isinstance(value, Done):
+                return _Outcome(_render(value.content), done=True)
             return _Outcome(_render(value))
         raise AssertionError("unreachable: the last attempt always returns")
 

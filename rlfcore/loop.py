@@ -54,6 +54,7 @@ StopReason = Literal[
     "max_requests",
     "agent_error",
     "agent_timeout",
+    "done",
     "error",
 ]
 
@@ -256,6 +257,8 @@ class Progress:
     """An observation continued the assistant's turn as raw text (no full rendering to check against)."""
     seed: int | None = None
     """The base of this trajectory's sampling seeds (:meth:`TurnLoop.run`)."""
+    done: bool = False
+    """A tool of the last turn returned :class:`~rlfcore.types.Done`: its environment's episode is over."""
 
 
 P = TypeVar("P", bound=Progress)
@@ -382,7 +385,9 @@ class TurnLoop(abc.ABC, Generic[P]):
     def stop_reason(self, state: State, p: P) -> StopReason | None:
         """How the trajectory ends before it takes the step ``state``, or None while it goes on: the
         one place that decides how trajectories end (an engine or plugin failure aside)."""
-        if state is State.GENERATE:  # room for one more token?
+        if state is State.GENERATE:  # an episode the environment ended, or no room for one more token?
+            if p.done:
+                return "done"
             room = self.room(p)
             if room.least <= 0:
                 return room.tighter
@@ -426,6 +431,7 @@ class TurnLoop(abc.ABC, Generic[P]):
             got = len(results) if isinstance(results, list) else type(results).__name__
             raise RuntimeError(f"invoke_tools returned {got} results for {len(p.calls)} calls")
         traj.tool_calls += len(p.calls)
+        p.done = any(r.done for r in results)
         for r in results:
             if r.error:
                 traj.tool_errors += 1

@@ -40,10 +40,21 @@ class ToolResult:
     latency_s: float = 0.0
     traceback: str | None = None
     """Where a failing tool raised, for its author (``rlf --debug``, the trajectory record); never shown to the model."""
+    done: bool = False
+    """The tool returned :class:`Done`: its environment's episode is over, and so is the trajectory."""
 
     @property
     def ok(self) -> bool:
         return self.error is None
+
+
+@dataclass
+class Done:
+    """What a tool returns when its environment's episode is over (a game won, a gym ``done``):
+    ``content`` is the last observation, which the model's record keeps, and the trajectory ends after
+    it with stop reason ``done`` instead of generating another turn."""
+
+    content: Any
 
 
 @dataclass

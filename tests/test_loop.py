@@ -13,7 +13,7 @@ import operator
 import time
 import zlib
 
-from rlfcore import Score, hookimpl
+from rlfcore import Done, Score, hookimpl
 from rlfcore.chat import ByteChatTokenizer
 from rlfcore.data import normalize_row
 from rlfcore.engines.base import Engine, Generation, SamplingParams
@@ -240,6 +240,31 @@ def test_stop_reasons_and_explicit_truncation():
     )
     assert d.stop_reason == "max_total_tokens" and d.truncated and d.response_ids == []
     assert "prompt has" in d.error  # the prompt (and its system message) is never cut silently
+
+
+class Game:
+    """An environment whose episode ends on a move: the tool returns :class:`rlfcore.Done`."""
+
+    @hookimpl
+    def register_tools(self, ctx):
+        @tool
+        def move(square: int) -> object:
+            """Play a square; the game ends on square 9."""
+            return Done({"board": f"played {square}", "over": True}) if square == 9 else f"played {square}"
+
+        return [move]
+
+
+def test_a_tool_that_returns_done_ends_the_trajectory_after_its_observation():
+    """The environment said its episode is over: the last observation is kept (its tokens masked 0)
+    and no further turn is generated, whatever the model would have said; stop reason ``done``."""
+    script = {"g": [call("move", square=1), call("move", square=9), "never generated"]}
+    [t] = rollout({"plugins": ["game"]}, [{"id": "g", "prompt": "play"}], script, {"game": Game()})
+    assert t.stop_reason == "done" and not t.truncated and t.error is None
+    assert t.num_turns == 2 and t.tool_calls == 2
+    assert [m["role"] for m in t.messages] == ["user", "assistant", "tool", "assistant", "tool"]
+    assert json.loads(t.messages[-1]["content"]) == {"board": "played 9", "over": True}
+    assert t.response_mask[-1] == 0  # the record ends with the observation, which is not trained on
 
 
 def test_system_prompt_is_added_and_rows_in_verl_layout_are_accepted():

@@ -26,7 +26,7 @@ from rlf_openenv.client import (
     start,
 )
 from rlf_openenv.settings import Settings
-from rlfcore import Sample, Score, ScoreContext, SetupContext, StashKey, Tool, TurnContext, hookimpl
+from rlfcore import Done, Sample, Score, ScoreContext, SetupContext, StashKey, Tool, TurnContext, hookimpl
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -102,8 +102,9 @@ async def register_tools(ctx: SetupContext) -> list[Tool]:
     description = settings.description or schema.get("description") or "Act in the environment."
     parameters = {"type": "object", "properties": schema["properties"], "required": schema.get("required", [])}
 
-    async def act(session: Session | None = None, **action: Any) -> str:
-        return (await _in_trajectory(session, settings.tool).step(action)).text()
+    async def act(session: Session | None = None, **action: Any) -> str | Done:
+        step = await _in_trajectory(session, settings.tool).step(action)
+        return Done(step.text()) if step.done else step.text()  # done: the trajectory ends after it
 
     return [Tool(name=settings.tool, description=description, parameters=parameters, fn=act, takes_session=True)]
 
@@ -111,11 +112,11 @@ async def register_tools(ctx: SetupContext) -> list[Tool]:
 def _mcp_tool(spec: dict[str, Any]) -> Tool:
     name = str(spec["name"])
 
-    async def call(session: Session | None = None, **arguments: Any) -> str:
+    async def call(session: Session | None = None, **arguments: Any) -> str | Done:
         step = await _in_trajectory(session, name).step(
             {"type": "call_tool", "tool_name": name, "arguments": arguments}
         )
-        return mcp_result(step)
+        return Done(mcp_result(step)) if step.done else mcp_result(step)
 
     schema = spec.get("input_schema") or {"type": "object", "properties": {}}
     return Tool(

@@ -309,7 +309,7 @@ def guess(digit: int) -> str:
     return f"<tool_call>{json.dumps({'name': 'step', 'arguments': {'guess': digit}})}</tool_call>"
 
 
-def test_rows_seed_their_episodes_and_a_done_episode_takes_no_more_steps(guess_env: Path) -> None:
+def test_rows_seed_their_episodes_and_a_done_episode_ends_its_trajectory(guess_env: Path) -> None:
     out = guess_env / "rows.jsonl"
     result = CliRunner().invoke(
         cli, ["openenv", "rows", "-n", "2", "--first-seed", "3", "--prompt", "Guess.", "-o", str(out)]
@@ -324,8 +324,8 @@ def test_rows_seed_their_episodes_and_a_done_episode_takes_no_more_steps(guess_e
     three, four = trajs["seed-3"], trajs["seed-4"]
     assert three.messages[1]["content"] == '{"seed": 3, "hint": "guess the digit"}'
     tool = [m["content"] for m in three.messages if m["role"] == "tool"]
-    assert tool[:2] == ['{"seed": null, "hint": "higher"}', '{"seed": null, "hint": "right"}']
-    assert "the episode is over" in tool[2] and three.tool_errors == 1
+    assert tool == ['{"seed": null, "hint": "higher"}', '{"seed": null, "hint": "right"}']  # no third step
+    assert three.stop_reason == "done" and three.num_turns == 2 and three.tool_errors == 0
     assert three.reward_components == pytest.approx({"return": 0.9, "done": 1.0, "score": 0.9})
     assert four.reward_components == pytest.approx({"return": 1.0, "done": 1.0, "score": 1.0})
 

@@ -10,8 +10,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, Literal
 
-from rlfcore import Message, config_path
-from rlfcore.testing import load_config, read_rows
+from rlfcore import Message, config_path, load_config, read_rows
 
 Split = Literal["eval", "train"]
 

@@ -33,8 +33,7 @@ from verifiers.v1.harnesses.null import NullHarness
 from verifiers.v1.types import content_text
 
 from rlf_verifiers.export import CONFIG_FILE, TASKS_FILE
-from rlfcore import Message, ToolCall, TurnContext
-from rlfcore.testing import RewardPipeline, Trajectory, make_runtime, normalize_row
+from rlfcore import Message, RewardPipeline, ToolCall, Trajectory, TurnContext, make_runtime, normalize_row
 
 T = TypeVar("T")
 
