@@ -283,7 +283,8 @@ class LocalTrainer:
 
     async def collect(self, rows: list[Row], seed: int | None = None) -> tuple[list[Trajectory], float, float]:
         t0 = time.perf_counter()
-        trajectories = await self.rollout.run(rows, seed=seed)
+        # a synchronous step's seed is the rollout's own (set per step); steps rolling out together pass theirs
+        trajectories = await (self.rollout.run(rows) if seed is None else self.rollout.run(rows, seed=seed))
         t1 = time.perf_counter()
         await self.rewards.score(trajectories)
         return trajectories, t1 - t0, time.perf_counter() - t1
