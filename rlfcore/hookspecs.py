@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from rlfcore.engines.base import Engine
     from rlfcore.schema import RunConfig
     from rlfcore.types import (
+        Done,
         Example,
         Message,
         Sample,
@@ -200,6 +201,20 @@ def build_observation(results: list[ToolResult], ctx: TurnContext) -> list[Messa
     Called after ``invoke_tools``. The core renders them with the model's chat template and appends
     their tokens with loss mask 0. First result. Default: one ``{"role": "tool"}`` message per result.
     May be async.
+    """
+
+
+@spec(may_be_async=True, firstresult=True)
+def respond(messages: list[Message], ctx: TurnContext) -> list[Message] | Done | None:
+    """Answer, as the environment, an assistant turn that called no tool.
+
+    A user simulator, a game master, a tutor's hint, another ecosystem's multi-turn environment. Called after each turn that has no tool calls (and was not cut by a length limit), with the
+    conversation so far, its last message that turn. Return the messages to append (usually one
+    ``{"role": "user"}``): the core renders them with the model's chat template, appends their
+    tokens with loss mask 0 and generates another turn, within ``rollout.max_turns``. Return
+    :class:`~rlfcore.types.Done` to end the episode (stop reason ``done``), its ``content`` the last
+    messages to append (a list, possibly empty). ``None`` (or ``[]``) ends the trajectory as it ends
+    without this hook (``answer`` or ``no_tool_call``). First result. Default: none. May be async.
     """
 
 

@@ -38,7 +38,7 @@ from rlfcore.engines.base import Engine, Generation, SamplingParams
 from rlfcore.runtime import Runtime
 from rlfcore.sequences import REASONING_DROPPED, RolloutTokens, SequenceBuilder, differs_in_reasoning_only
 from rlfcore.sessions import TrajectorySessions
-from rlfcore.types import Message, ToolCall
+from rlfcore.types import Done, Message, ToolCall
 
 if TYPE_CHECKING:
     from rlfcore.schema import RolloutConfig
@@ -258,7 +258,9 @@ class Progress:
     seed: int | None = None
     """The base of this trajectory's sampling seeds (:meth:`TurnLoop.run`)."""
     done: bool = False
-    """A tool of the last turn returned :class:`~rlfcore.types.Done`: its environment's episode is over."""
+    """A tool of the last turn, or ``respond``, returned :class:`~rlfcore.types.Done`: the episode is over."""
+    responded: list[Message] | None = None
+    """``respond``'s messages for the last turn, which had no calls; ``None``: no reply."""
 
 
 P = TypeVar("P", bound=Progress)
@@ -288,7 +290,7 @@ class TurnLoop(abc.ABC, Generic[P]):
         self._steps: dict[State, Callable[[P], Awaitable[State]]] = {
             State.PROMPT: self._prompt,
             State.GENERATE: self._generate,
-            State.PARSE: self._parse,
+            State.PARSE: self._read,
             State.INVOKE: self._invoke,
             State.OBSERVE: self._observe,
         }
@@ -394,11 +396,13 @@ class TurnLoop(abc.ABC, Generic[P]):
         elif state is State.INVOKE:  # the turn just read
             if p.cut:
                 return length_stop(p.budget, p.before)
-            if not p.calls:
+            if not p.calls and p.responded is None:
+                if p.done:
+                    return "done"
                 return "answer" if p.traj.tool_calls else "no_tool_call"
             if self.cfg.unreadable_calls == "stop" and any(c.error for c in p.calls):
                 return "unreadable_call"  # as verl's and TRL's tool loops end such a turn
-            if p.traj.num_turns == self.cfg.max_turns:  # its calls are not run
+            if p.traj.num_turns == self.cfg.max_turns and not p.done:  # its calls are not run, its reply not added
                 return "max_turns"
         elif state is State.OBSERVE and p.observed is not None:  # does the observation fit?
             room = self.room(p)
@@ -420,10 +424,30 @@ class TurnLoop(abc.ABC, Generic[P]):
             params.seed = zlib.crc32(f"{p.seed}/{p.traj.id}/{turn}".encode())
         return params
 
+    async def _read(self, p: P) -> State:
+        """PARSE, then ``respond`` to a turn that has no calls: its reply is the next observation."""
+        state = await self._parse(p)
+        p.responded = None
+        if p.cut or p.calls:
+            return state
+        answer = await self.runtime.call_first("respond", p.traj.env, messages=p.traj.messages, ctx=p.ctx)
+        if isinstance(answer, Done):
+            p.done = True
+            answer = answer.content
+        if answer is None or answer == []:
+            return state
+        if not isinstance(answer, list) or not all(isinstance(m, dict) and "role" in m for m in answer):
+            raise TypeError(f"respond returned {type(answer).__name__}, not a list of messages (or Done, or None)")
+        p.responded = answer
+        return state
+
     async def _invoke(self, p: P) -> State:
         """INVOKE: the turn's calls through ``invoke_tools``, counted, and ``build_observation``'s
-        messages of their results."""
+        messages of their results; for a turn without calls, ``respond``'s reply."""
         traj, ctx = p.traj, p.ctx
+        if p.responded is not None:
+            p.observation = p.responded
+            return State.OBSERVE
         t0 = time.perf_counter()
         results = await self.runtime.call_first("invoke_tools", traj.env, calls=p.calls, ctx=ctx)
         traj.tools_s += time.perf_counter() - t0
@@ -595,7 +619,10 @@ class Rollout(TurnLoop[TokenProgress]):
         property still shows at its own token in the whole conversation, and the report names that
         turn. Equal sequences cost one rendering, one encoding and one list comparison."""
         schemas = [t.schema() for t in self.runtime.tools_for(traj.env).values()]
-        text = self.tok.render(traj.messages, schemas, add_generation_prompt=False)
+        # an episode the environment ended (stop reason done) ends with its observation, whose tokens
+        # open the turn that was never generated
+        ends_observed = traj.messages[-1].get("role") != "assistant"
+        text = self.tok.render(traj.messages, schemas, add_generation_prompt=ends_observed)
         full = self.tok.encode(text)
         seq = traj.prompt_ids + traj.response_ids
         if full[: len(seq)] == seq:

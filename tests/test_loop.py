@@ -260,11 +260,86 @@ def test_a_tool_that_returns_done_ends_the_trajectory_after_its_observation():
     and no further turn is generated, whatever the model would have said; stop reason ``done``."""
     script = {"g": [call("move", square=1), call("move", square=9), "never generated"]}
     [t] = rollout({"plugins": ["game"]}, [{"id": "g", "prompt": "play"}], script, {"game": Game()})
-    assert t.stop_reason == "done" and not t.truncated and t.error is None
+    assert t.stop_reason == "done" and not t.truncated and t.error is None and t.template_mismatch is None
     assert t.num_turns == 2 and t.tool_calls == 2
     assert [m["role"] for m in t.messages] == ["user", "assistant", "tool", "assistant", "tool"]
     assert json.loads(t.messages[-1]["content"]) == {"board": "played 9", "over": True}
     assert t.response_mask[-1] == 0  # the record ends with the observation, which is not trained on
+
+
+class Guessing:
+    """An environment that answers turns without calls (``respond``): higher or lower until the number
+    is named, with a session that counts the guesses; it also offers a tool, which answers as usual."""
+
+    @hookimpl
+    def register_tools(self, ctx):
+        @tool
+        def hint() -> str:
+            """A hint."""
+            return "between 1 and 9"
+
+        return [hint]
+
+    @hookimpl
+    def open_session(self, row, ctx):
+        return {"guesses": 0}
+
+    @hookimpl
+    async def respond(self, messages, ctx):
+        ctx.session["guesses"] += 1
+        guess, target = messages[-1]["content"].strip(), 7
+        if guess == "quit":
+            return None
+        if guess == str(target):
+            return Done([{"role": "user", "content": f"Right, in {ctx.session['guesses']}."}])
+        if guess == "give up":
+            return Done([])
+        return [{"role": "user", "content": "Higher." if int(guess) < target else "Lower."}]
+
+
+def test_respond_answers_turns_without_calls_until_the_environment_is_done():
+    """Each turn without calls gets the environment's reply as its observation (loss mask 0, rendered
+    by the template, which the incremental tokens match); a tool call in between is answered by the
+    tool; ``Done(messages)`` appends its last messages and ends the episode with stop reason done."""
+    script = {"g": ["3", call("hint"), "8", "7", "never generated"]}
+    config = {"plugins": ["guess"], "rollout": {"max_turns": 5}}
+    [t] = rollout(config, [{"id": "g", "prompt": "guess"}], script, {"guess": Guessing()})
+    assert t.stop_reason == "done" and t.error is None and t.template_mismatch is None
+    assert t.num_turns == 4 and t.tool_calls == 1
+    assert [(m["role"], m["content"]) for m in t.messages if m["role"] != "assistant"] == [
+        ("user", "guess"),
+        ("user", "Higher."),
+        ("tool", "between 1 and 9"),
+        ("user", "Lower."),
+        ("user", "Right, in 3."),
+    ]
+    tok = ByteChatTokenizer()
+    generated = [i for i, m in zip(t.response_ids, t.response_mask) if m == 1]
+    eos = tok.eos_token_ids[0]
+    assert generated == functools.reduce(operator.iadd, (tok.encode(x) + [eos] for x in script["g"][:4]), [])
+    assert "Lower." in tok.decode([i for i, m in zip(t.response_ids, t.response_mask) if m == 0])
+
+
+def test_respond_ends_a_trajectory_by_done_none_or_the_turn_limit():
+    rows = [{"id": i, "prompt": "guess"} for i in "abcd"]
+    script = {"a": ["give up", "x"], "b": ["quit", "x"], "c": ["1", "2", "3", "4"], "d": ["1", "2", "7", "x"]}
+    a, b, c, d = rollout({"plugins": ["guess"], "rollout": {"max_turns": 3}}, rows, script, {"guess": Guessing()})
+    assert a.stop_reason == "done" and a.num_turns == 1 and a.messages[-1]["role"] == "assistant"
+    assert a.response_mask[-1] == 1  # Done([]) adds nothing after the turn
+    assert b.stop_reason == "no_tool_call" and b.num_turns == 1
+    assert c.stop_reason == "max_turns" and c.num_turns == 3 and c.messages[-1]["content"] == "3"
+    assert d.stop_reason == "done" and d.num_turns == 3 and d.messages[-1]["content"] == "Right, in 3."
+
+
+class BadReply:
+    @hookimpl
+    def respond(self, messages, ctx):
+        return "Higher."
+
+
+def test_a_respond_that_returns_no_messages_is_the_trajectorys_error():
+    [t] = rollout({"plugins": ["bad"]}, [{"id": "q", "prompt": "guess"}], {"q": ["3"]}, {"bad": BadReply()})
+    assert t.stop_reason == "error" and "respond returned str" in t.error
 
 
 def test_system_prompt_is_added_and_rows_in_verl_layout_are_accepted():

@@ -3,7 +3,9 @@
 Enable it with ``plugins: [verifiers]`` and ``verifiers: {env: NAME, args: {...}}``; write its rows with
 ``rlf verifiers prepare NAME -o rows.jsonl``. Its toolsets' tools are the model's tools, its task's
 reward functions are the reward components (weighted as verifiers weights them), and the reward is
-verifiers' weighted sum. verifiers itself loads on first use (:mod:`rlf_verifiers.bridge`).
+verifiers' weighted sum. An environment with its own ``Env.run()`` answers the model's turns with user turns
+through the core's ``respond`` hook (:class:`rlf_verifiers.bridge.Exchange`). verifiers itself loads on first
+use (:mod:`rlf_verifiers.bridge`).
 """
 
 from __future__ import annotations
@@ -17,7 +19,18 @@ from rlf_verifiers.bridge import Environment, Session, ToolSpec, Unsupported, lo
 from rlf_verifiers.bridge import judge as judge_trace
 from rlf_verifiers.bridge import score as score_trace
 from rlf_verifiers.settings import Settings
-from rlfcore import Sample, Score, ScoreContext, SetupContext, StashKey, Tool, TurnContext, hookimpl
+from rlfcore import (
+    Done,
+    Message,
+    Sample,
+    Score,
+    ScoreContext,
+    SetupContext,
+    StashKey,
+    Tool,
+    TurnContext,
+    hookimpl,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -71,9 +84,22 @@ async def open_session(row: Mapping[str, Any], ctx: TurnContext) -> Session:
     """The trajectory's task (rebuilt from the row), its state, and its task-scoped toolsets, set up for it."""
     env = environment(ctx)
     extra = row.get("extra")
-    session = Session(env, task_of(env, extra if isinstance(extra, dict) else {}, ctx.sample_id), ctx.sample_id)
+    task = task_of(env, extra if isinstance(extra, dict) else {}, ctx.sample_id)
+    session = Session(env, task, ctx.sample_id, ctx.messages)
     await session.open()
     return session
+
+
+@hookimpl
+async def respond(ctx: TurnContext) -> list[Message] | Done | None:
+    """Where the environment runs its own ``Env.run()``, the model's turn without tool calls (the last of the
+    conversation its exchange holds) goes to that run: its user turn is the next observation, and the run ending
+    ends the episode (``done``). ``None`` for a plain taskset, whose trajectory ends at such a turn."""
+    exchange = ctx.session.exchange if isinstance(ctx.session, Session) else None
+    if exchange is None:
+        return None
+    reply = await exchange.answer()
+    return Done([]) if reply is None else reply
 
 
 @hookimpl
@@ -83,7 +109,7 @@ async def compute_score(sample: Sample, ctx: ScoreContext) -> Score:
     env = environment(ctx)
     task = task_of(env, sample.extra, sample.id)
     state = env.states.get(sample.id) if task.config.judges else env.states.pop(sample.id, None)
-    return await score_trace(trace_of(env, task, sample, state), task)
+    return await score_trace(trace_of(env, task, sample, state), task, env.recorded.pop(sample.id, None))
 
 
 @hookimpl

@@ -18,7 +18,7 @@ from rlf_verifiers import bridge
 from verifiers_testkit import verifiers_or_skip
 
 from rlfcore.cli import cli
-from rlfcore.testing import OpenAIServer, build_tiny, check_plugin, rollout
+from rlfcore.testing import OpenAIServer, Reply, build_tiny, check_plugin, rollout
 
 ARITH = '''
 import verifiers.v1 as vf
@@ -125,17 +125,125 @@ class BoxTaskset(vf.Taskset[BoxTask, vf.TasksetConfig]):
 __all__ = ["BoxTaskset"]
 """
 
+GUESS = """
+import verifiers.v1 as vf
+
+
+class GuessData(vf.TaskData):
+    answer: int
+
+
+class GuessState(vf.State):
+    asked: int = 0
+
+
+class HintToolset(vf.Toolset[vf.ToolsetConfig, GuessState]):
+    TOOL_PREFIX = None
+
+    @vf.tool
+    def bounds(self) -> str:
+        \"\"\"The range the number is in.\"\"\"
+        self.state.asked += 1
+        return "1 to 100"
+
+
+class GuessTaskConfig(vf.TaskConfig):
+    tools: vf.ToolsetConfig = vf.ToolsetConfig()
+
+
+class GuessTask(vf.Task[GuessData, GuessState, GuessTaskConfig]):
+    @classmethod
+    def toolsets(cls, config: GuessTaskConfig) -> list[vf.Toolset]:
+        return [HintToolset(config.tools)]
+
+    @vf.reward(weight=1.0)
+    async def solved(self, trace: vf.Trace) -> float:
+        return float(trace.last_reply == str(self.data.answer))
+
+    @vf.metric
+    async def asked(self, trace: vf.Trace) -> float:
+        return float(trace.state.asked)
+
+
+class GuessEnvConfig(vf.EnvConfig):
+    player: vf.AgentConfig = vf.AgentConfig()
+
+
+SEGMENTS = []
+
+
+class GuessEnv(vf.Env[GuessEnvConfig]):
+    \"\"\"The number game: the env answers each guess with higher or lower, and ends it on the right one.\"\"\"
+
+    async def run(self, task, agents):
+        found, tries = False, 0
+        async with agents.player.interaction(task) as interaction:
+            segment = await interaction.turn()
+            while not segment.terminated:
+                SEGMENTS.append((task.data.id, [m.role for m in segment.messages]))
+                tries += 1
+                reply = segment.last_reply
+                if reply == "boom":
+                    raise ValueError("the engine broke")
+                if reply == str(task.data.answer):
+                    found = True
+                    break
+                segment = await interaction.turn("higher" if reply.isdigit() and int(reply) < task.data.answer else "lower")
+        interaction.trace.record_reward("found", float(found), 0.5)
+        interaction.trace.record_metric("tries", tries)
+        interaction.trace.info["turns_seen"] = interaction.trace.num_turns
+
+
+class GuessConfig(vf.TasksetConfig):
+    task: GuessTaskConfig = GuessTaskConfig()
+
+
+class GuessTaskset(vf.Taskset[GuessTask, GuessConfig]):
+    def load(self) -> list[GuessTask]:
+        return [
+            GuessTask(GuessData(id=f"guess-{n}", prompt="Guess my number, 1 to 100.", answer=n), self.config.task)
+            for n in (37, 80)
+        ]
+
+
+__all__ = ["GuessEnv", "GuessTaskset"]
+"""
+
+ONCE = """
+import verifiers.v1 as vf
+
+
+class OnceEnvConfig(vf.EnvConfig):
+    solver: vf.AgentConfig = vf.AgentConfig()
+
+
+class OnceEnv(vf.Env[OnceEnvConfig]):
+    async def run(self, task, agents):
+        trace = await agents.solver.run(task)
+        trace.record_metric("reply_chars", len(trace.last_reply))
+
+
+class OnceTaskset(vf.Taskset[vf.Task, vf.TasksetConfig]):
+    def load(self) -> list[vf.Task]:
+        return [vf.Task(vf.TaskData(id="once", prompt="Say hi."))]
+
+
+__all__ = ["OnceEnv", "OnceTaskset"]
+"""
+
 OWN_ENV = """
 import verifiers.v1 as vf
 
 
 class DuelEnvConfig(vf.EnvConfig):
     player: vf.AgentConfig = vf.AgentConfig()
+    opponent: vf.AgentConfig = vf.AgentConfig()
 
 
 class DuelEnv(vf.Env[DuelEnvConfig]):
     async def run(self, task, agents):
         await agents.player.run(task)
+        await agents.opponent.run(task)
 
 
 class DuelTaskset(vf.Taskset[vf.Task, vf.TasksetConfig]):
@@ -151,7 +259,14 @@ __all__ = ["DuelEnv", "DuelTaskset"]
 def envs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The test environments as installed modules (verifiers imports a taskset id as its module)."""
     verifiers_or_skip()
-    for module, source in {"rlf_vf_arith": ARITH, "rlf_vf_box": NEEDS_RUNTIME, "rlf_vf_duel": OWN_ENV}.items():
+    modules = {
+        "rlf_vf_arith": ARITH,
+        "rlf_vf_box": NEEDS_RUNTIME,
+        "rlf_vf_duel": OWN_ENV,
+        "rlf_vf_guess": GUESS,
+        "rlf_vf_once": ONCE,
+    }
+    for module, source in modules.items():
         (tmp_path / f"{module}.py").write_text(textwrap.dedent(source))
     monkeypatch.syspath_prepend(str(tmp_path))
     return tmp_path
@@ -264,10 +379,140 @@ def test_a_reward_that_needs_a_runtime_is_refused_by_name(envs: Path) -> None:
     assert "@vf.reward functions ['tests_pass'] need a runtime" in result.output
 
 
-def test_an_environment_with_its_own_run_is_refused_by_name(envs: Path) -> None:
+def test_an_environment_with_two_agents_is_refused_by_name(envs: Path) -> None:
     result = prepare("rlf-vf-duel", envs / "rows.jsonl")
     assert result.exit_code == 1
-    assert "runs its own Env (DuelEnv" in result.output
+    assert "runs its own Env (DuelEnv, with agents ['player', 'opponent']" in result.output
+
+
+GUESS_CONFIG: dict[str, Any] = {"plugins": ["verifiers"], "verifiers": {"env": "rlf-vf-guess"}}
+BOUNDS = f"<tool_call>\n{json.dumps({'name': 'bounds', 'arguments': {}})}\n</tool_call>"
+"""A call as the chat template writes it, so the full rendering is the rollout's tokens."""
+
+
+def spans(traj: Any) -> list[tuple[int, str]]:
+    """The trajectory's response as runs of one loss-mask value, each decoded."""
+    from rlfcore.testing import ByteChatTokenizer
+
+    tok, runs = ByteChatTokenizer(), []
+    for mask, token in zip(traj.response_mask, traj.response_ids):
+        if runs and runs[-1][0] == mask:
+            runs[-1][1].append(token)
+        else:
+            runs.append((mask, [token]))
+    return [(mask, tok.decode(ids)) for mask, ids in runs]
+
+
+def test_a_multi_turn_environment_answers_each_turn_until_it_is_solved(envs: Path) -> None:
+    """verifiers' documented multi-turn style (an Env whose run() answers each interaction.turn()): its replies
+    are user turns in the model's template with loss mask 0, tool calls run within a turn, the run ending ends the
+    episode (stop reason ``done``), and what it records joins the task's rewards."""
+    import rlf_vf_guess
+
+    prepare("rlf-vf-guess", envs / "rows.jsonl")
+    rows = rows_of(envs / "rows.jsonl")
+    rlf_vf_guess.SEGMENTS.clear()
+    script = {"guess-37": [BOUNDS, "50", "25", "37"], "guess-80": ["80"]}
+    trajs = {t.row_id: t for t in rollout(GUESS_CONFIG, rows, script)}
+    game, first = trajs["guess-37"], trajs["guess-80"]
+    assert [(m["role"], m["content"]) for m in game.messages[1:]] == [
+        ("assistant", ""),
+        ("tool", "1 to 100"),
+        ("assistant", "50"),
+        ("user", "lower"),
+        ("assistant", "25"),
+        ("user", "higher"),
+        ("assistant", "37"),
+    ]
+    assert [m.get("tool_calls") for m in game.messages if m["role"] == "assistant"][1:] == [None, None, None]
+    played = [roles for task, roles in rlf_vf_guess.SEGMENTS if task == "guess-37"]
+    assert played == [["assistant", "tool", "assistant"], ["assistant"], ["assistant"]]
+    assert game.error is None and game.stop_reason == "done" and game.num_turns == 4
+    assert game.tool_calls == 1  # the model's one call; the env's turns are no calls
+    # the mask covers exactly the generated turns; the env's turns are the template's user turns
+    assert spans(game) == [
+        (1, f"{BOUNDS}<|im_end|>"),
+        (0, "\n<|im_start|>user\n<tool_response>\n1 to 100\n</tool_response><|im_end|>\n<|im_start|>assistant\n"),
+        (1, "50<|im_end|>"),
+        (0, "\n<|im_start|>user\nlower<|im_end|>\n<|im_start|>assistant\n"),
+        (1, "25<|im_end|>"),
+        (0, "\n<|im_start|>user\nhigher<|im_end|>\n<|im_start|>assistant\n"),
+        (1, "37<|im_end|>"),
+    ]
+    assert game.template_mismatch is None
+    # the task's reward, the run's own (weight 0.5) and its metric, the toolset's state
+    assert game.reward_components == {
+        "solved": 1.0,
+        "found": 1.0,
+        "metric.asked": 1.0,
+        "metric.tries": 3.0,
+        "score": 1.5,
+    }
+    assert first.stop_reason == "done" and first.tool_calls == 0 and first.reward_components["metric.tries"] == 1.0
+    assert [m["role"] for m in first.messages] == ["user", "assistant"]
+
+
+def test_a_limit_ends_the_exchange_with_a_terminated_segment(envs: Path) -> None:
+    prepare("rlf-vf-guess", envs / "rows.jsonl")
+    rows = rows_of(envs / "rows.jsonl")[:1]
+    config = {**GUESS_CONFIG, "rollout": {"max_turns": 2}}
+    (traj,) = rollout(config, rows, {"guess-37": ["50", "40", "37"]})
+    assert traj.stop_reason == "max_turns" and traj.error is None and traj.session_error is None
+    assert [m["content"] for m in traj.messages[1:]] == ["50", "lower", "40"]
+    assert all("tool_calls" not in m for m in traj.messages) and traj.tool_calls == 0
+    # the run saw two guesses, then the terminated segment, and still recorded its reward
+    assert traj.reward_components["found"] == 0.0 and traj.reward_components["metric.tries"] == 2.0
+
+
+def test_an_environment_run_that_raises_is_its_trajectorys_error(envs: Path) -> None:
+    prepare("rlf-vf-guess", envs / "rows.jsonl")
+    rows = rows_of(envs / "rows.jsonl")[:1]
+    (traj,) = rollout(GUESS_CONFIG, rows, {"guess-37": ["50", "boom"]}, score=False)
+    assert traj.stop_reason == "error"
+    assert "'rlf-vf-guess': GuessEnv.run() failed: ValueError: the engine broke" in str(traj.error)
+
+
+def test_a_seat_run_plays_one_segment(envs: Path) -> None:
+    prepare("rlf-vf-once", envs / "rows.jsonl")
+    config = {"plugins": ["verifiers"], "verifiers": {"env": "rlf-vf-once"}}
+    (traj,) = rollout(config, rows_of(envs / "rows.jsonl"), {"once": ["hello"]})
+    assert traj.stop_reason == "done" and traj.reward_components == {"metric.reply_chars": 5.0, "score": 0.0}
+
+
+def test_a_multi_turn_environment_plays_on_a_chat_api_that_reads_tool_calls_itself(envs: Path) -> None:
+    """``rlf eval`` with ``engine: openai-chat`` (tool calls in the API's ``tool_calls``): the env's turns are user
+    messages of the next requests, the run reads a reply without the ``<think>`` block the API left in its content,
+    and the run ending ends the episode."""
+    prepare("rlf-vf-guess", envs / "rows.jsonl")
+    (envs / "rows.jsonl").write_text(json.dumps(rows_of(envs / "rows.jsonl")[0]) + "\n")  # guess-37
+
+    def player(body: dict[str, Any]) -> Reply:
+        last = body["messages"][-1]
+        if last["role"] == "tool":
+            return Reply("50")
+        if last["content"] == "lower":
+            return Reply("<think>below 50</think>37")
+        bounds = {"id": "call_0", "type": "function", "function": {"name": "bounds", "arguments": "{}"}}
+        return Reply(tool_calls=[bounds], finish_reason="tool_calls")
+
+    out = envs / "out.jsonl"
+    with OpenAIServer(chat=player) as server:
+        config = {**GUESS_CONFIG, "engine": {"name": "openai-chat", "base_url": server.base_url, "model": "m"}}
+        (envs / "run.yaml").write_text(yaml.safe_dump({**config, "data": {"eval": str(envs / "rows.jsonl")}}))
+        result = CliRunner().invoke(cli, ["eval", str(envs / "run.yaml"), "--greedy", "--out", str(out)])
+        asked = server.requests
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    [record] = [json.loads(line) for line in out.read_text().splitlines()]
+    assert record["error"] is None and record["stop_reason"] == "done" and record["tool_calls"] == 1
+    assert [(m["role"], m["content"]) for m in record["messages"][2:]] == [
+        ("tool", "1 to 100"),
+        ("assistant", "50"),
+        ("user", "lower"),
+        ("assistant", "<think>below 50</think>37"),
+    ]
+    assert [t["function"]["name"] for t in asked[0]["tools"]] == ["bounds"]
+    assert [m["role"] for m in asked[-1]["messages"]] == ["user", "assistant", "tool", "assistant", "user"]
+    assert record["reward_components"]["found"] == 1.0 and record["reward_components"]["metric.tries"] == 2.0
 
 
 def test_a_wrong_argument_is_verifiers_own_validation_error(envs: Path) -> None:
