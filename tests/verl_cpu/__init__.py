@@ -15,6 +15,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 HERE = Path(__file__).resolve().parent
 
@@ -148,13 +149,22 @@ def _end(sid: int, grace_s: float = 15.0) -> list[str]:
     return left
 
 
-def run_session(cmd: list[str], env: dict[str, str], timeout_s: float, settle_s: float = 20.0) -> Session:
-    """Run ``cmd`` in a new Unix session under ``nice``, sampling its summed PSS; afterwards end what
-    it left running and remove the shared-memory segments and sockets verl and vLLM are known to leak."""
+def run_session(
+    cmd: list[str], env: dict[str, str], timeout_s: float, settle_s: float = 20.0, stdout: IO[str] | None = None
+) -> Session:
+    """Run ``cmd`` in a new Unix session under ``nice`` (its output to ``stdout``, else this process's),
+    sampling its summed PSS; afterwards end what it left running and remove the shared-memory segments
+    and sockets verl and vLLM are known to leak."""
     shm, tmp = Path("/dev/shm"), Path("/tmp")
     before = {p.name for p in shm.iterdir()} | {p.name for p in tmp.glob(f"{SOCKETS}*")}
     start = time.monotonic()
-    proc = subprocess.Popen(["nice", "-n", "10", *cmd], env=env, start_new_session=True)
+    proc = subprocess.Popen(
+        ["nice", "-n", "10", *cmd],
+        env=env,
+        start_new_session=True,
+        stdout=stdout,
+        stderr=subprocess.STDOUT if stdout else None,
+    )
     peak = [0.0, 0]
     done = threading.Event()
 

@@ -7,6 +7,8 @@ in verl's config (``rlf.*`` and the reward function's kwargs), because Ray worke
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -159,12 +161,65 @@ LOCAL_ONLY = {
 
 
 def notices(config: RunConfig) -> list[str]:
-    """One line per local-only setting the user set, saying why verl does not use it."""
+    """One line per local-only setting the user set, saying why verl does not use it, and one per
+    change :func:`tied_sync` makes to verl's weight sync."""
     return [
         f"{key}: not used by verl ({why})"
         for key, why in LOCAL_ONLY.items()
         if key.split(".")[1] in config.engine.changed()
-    ]
+    ] + [why for _, why in tied_sync(config).values()]
+
+
+VERL_BUCKET_MB = 2048
+"""verl 0.9.1's default ``rollout.checkpoint_engine.update_weights_bucket_megabytes``."""
+
+
+def tied_bytes(folder: Path) -> int | None:
+    """The float32 bytes of the model in ``folder`` when its output layer shares the input embedding's
+    weights (``tie_word_embeddings``), else None (untied, or no local folder: a hub name)."""
+    config = folder / "config.json"
+    if not config.is_file() or not json.loads(config.read_text()).get("tie_word_embeddings", False):
+        return None
+    from safetensors import safe_open
+
+    count = 0
+    for shard in folder.glob("*.safetensors"):
+        with safe_open(str(shard), "pt") as f:
+            for key in f.keys():  # noqa: SIM118 - safe_open is no mapping
+                count += math.prod(f.get_slice(key).get_shape())
+    return 4 * count
+
+
+def tied_sync(config: RunConfig) -> dict[str, tuple[Any, str]]:
+    """verl overrides a model with tied embeddings needs: key → (value, the notice that says why).
+
+    vLLM 0.32 loads ``lm_head.weight`` only together with the embedding it is tied to, in one
+    ``load_weights`` call (else: "'lm_head.weight' was skipped because it is tied to ..."), and verl
+    0.9.1 calls it once per bucket of its weight sync, the embedding first and the head last: the
+    whole model must fit one bucket. With LoRA, vLLM names the wrapped embedding
+    ``embed_tokens.base_layer`` and the same check fails on verl's base-weight sync whatever the bucket,
+    so the adapters are merged into the weights before each sync (``lora.merge``)."""
+    try:
+        size = tied_bytes(Path(_model_path(config)))
+    except TranslationError:
+        return {}
+    if size is None:
+        return {}
+    out: dict[str, tuple[Any, str]] = {}
+    if config.trainer.lora is not None:
+        out["actor_rollout_ref.model.lora.merge"] = (
+            True,
+            "trainer.lora on a model with tied embeddings: verl merges the adapters into the weights before "
+            "each sync to vLLM (vLLM 0.32 cannot take the base weights of a LoRA model whose head is tied)",
+        )
+    mb = -(-size // 2**20) + 64
+    if mb > VERL_BUCKET_MB:
+        out["actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes"] = (
+            mb,
+            f"a model with tied embeddings syncs to vLLM in one bucket of {mb} MB (vLLM 0.32 loads the tied "
+            "head only with its embedding): that much more accelerator memory during the sync",
+        )
+    return out
 
 
 def lengths(config: RunConfig) -> tuple[int, int]:
@@ -294,6 +349,7 @@ def verl_overrides(
         out["actor_rollout_ref.model.lora_rank"] = t.lora.rank
         out["actor_rollout_ref.model.lora_alpha"] = t.lora.alpha
         out["actor_rollout_ref.model.target_modules"] = list(t.lora.target_modules)
+    out.update({key: value for key, (value, _) in tied_sync(config).items()})
     if config.model.tokenizer:
         out["actor_rollout_ref.model.tokenizer_path"] = str(Path(config.model.tokenizer).expanduser())
     if t.micro_batch_tokens is not None:

@@ -368,3 +368,40 @@ def test_one_step_off_dry_run_validates_and_a_cpu_launch_names_its_blocker(tmp_p
         backend.prepare(one_gpu)
     with pytest.raises(TranslationError, match=r"max_staleness \(2\): rlf drives verl's one-step-off"):
         backend.prepare(TrainRequest(str(config), tmp_path / "q", ["trainer.max_staleness=2"]))
+
+
+def _tied_model(folder: Path, tied: bool) -> Path:
+    """A model folder's config and weights as far as verl's weight sync cares: whether the head is tied
+    to the embedding, and how many parameters there are (3 × 64 × 32 here)."""
+    import torch
+    from safetensors.torch import save_file
+
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "llama", "tie_word_embeddings": tied}))
+    save_file({f"w{i}": torch.zeros(64, 32) for i in range(3)}, str(folder / "model.safetensors"))
+    return folder
+
+
+def test_a_tied_model_with_lora_is_merged_before_each_sync_and_sent_in_one_bucket(tmp_path, monkeypatch):
+    """vLLM 0.32 loads a tied head only in the same load_weights call as its embedding (one call per
+    bucket of verl's sync) and never for LoRA's wrapped embedding: rlf asks verl to merge the adapters
+    and to size the bucket for the whole model, and says so; an untied model keeps verl's defaults."""
+    from rlfcore.backends.verl import hydra
+    from rlfcore.config import load_config
+
+    monkeypatch.setattr(hydra, "VERL_BUCKET_MB", 0)  # the tiny model needs more than "no bucket at all"
+    bucket = "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes"
+    for tied in (True, False):
+        model = _tied_model(tmp_path / f"model-{tied}", tied)
+        run = tmp_path / f"run-{tied}"
+        run.mkdir()
+        config, _ = load_config(_run(run), [f"model.path={model}", "trainer.lora={rank: 8, alpha: 16}"])
+        overrides = hydra.verl_overrides(config, run / "run.yaml", run / "train.parquet")
+        said = hydra.notices(config)
+        if tied:
+            assert "actor_rollout_ref.model.lora.merge=true" in overrides
+            assert f"{bucket}={1 + 64}" in overrides  # 24 KiB, rounded up to a MB, and a margin
+            assert any("tied embeddings" in line and "merges the adapters" in line for line in said)
+        else:
+            assert not any("lora.merge" in o or bucket in o for o in overrides) and said == []
+    assert hydra.tied_bytes(tmp_path / "model-True") == 4 * 3 * 64 * 32
