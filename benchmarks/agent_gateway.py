@@ -19,7 +19,9 @@ Measured, each after a warm-up run of both (imports, template compilation, first
 - ``rlf's side of the gateway``: the same episodes with the agents' SDK clients on an event loop of
   their own in another thread (:func:`client_side_agent`), as when agents run elsewhere: the CPU
   time of the run's own thread (endpoint, episode records, engine, the per-episode client rlf hands
-  over) per turn, against the loop's process CPU per turn.
+  over) per turn, against the loop's process CPU per turn. Then the same with the agents in a
+  process of their own (:func:`process_side_agent`): no agent holds the run thread's interpreter
+  lock, so the figure is the endpoint's alone, as with ``agent.command`` or remote agents.
 - ``throughput``: episodes per second with ``--gen-latency`` per generate call, every episode at
   once (``rollout.concurrency`` = ``--episodes``, one episode per row), the endpoint's start and stop
   included as in a rollout step.
@@ -36,10 +38,12 @@ import functools
 import json
 import os
 import ssl
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import openai
 
@@ -111,6 +115,63 @@ async def _elsewhere(task: dict[str, Any], url: str, key: str) -> str | None:
     http = openai.DefaultAsyncHttpxClient(verify=_TLS)
     async with openai.AsyncOpenAI(base_url=url, api_key=key, max_retries=0, http_client=http) as client:
         return await calculator_agent(task, client)
+
+
+@functools.cache
+def _agents_process() -> tuple[subprocess.Popen[bytes], dict[str, asyncio.Future[str | None]]]:
+    """The process that runs the agents for :func:`process_side_agent` (this script with
+    ``--agents-process``), and a thread here that hands each answer to its episode's future."""
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--agents-process"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    waiting: dict[str, asyncio.Future[str | None]] = {}
+
+    def answers(out: IO[bytes]) -> None:
+        for line in out:
+            reply = json.loads(line)
+            future = waiting.pop(reply["key"])
+            future.get_loop().call_soon_threadsafe(future.set_result, reply["answer"])
+
+    threading.Thread(target=answers, args=(proc.stdout,), daemon=True).start()
+    return proc, waiting
+
+
+async def process_side_agent(task: dict[str, Any], client: Any) -> str | None:
+    """:func:`calculator_agent` run in another process, which gets the episode's URL and key."""
+    proc, waiting = _agents_process()
+    key = client.api_key
+    waiting[key] = asyncio.get_running_loop().create_future()
+    assert proc.stdin is not None
+    proc.stdin.write(json.dumps({"task": task, "url": str(client.base_url), "key": key}).encode() + b"\n")
+    proc.stdin.flush()
+    return await waiting[key]
+
+
+def serve_agents() -> None:
+    """``--agents-process``: one episode's agent per line of stdin (its task, URL and key), each
+    answer a line of stdout; one shared client (connection pool) for the endpoint's URL."""
+    loop = asyncio.new_event_loop()
+    clients: dict[str, Any] = {}
+
+    async def one(episode: dict[str, Any]) -> None:
+        url, key = episode["url"], episode["key"]
+        if url not in clients:
+            http = openai.DefaultAsyncHttpxClient(verify=_TLS)
+            clients[url] = openai.AsyncOpenAI(base_url=url, api_key=key, max_retries=0, http_client=http)
+        try:
+            answer = await calculator_agent(episode["task"], clients[url].with_options(api_key=key))
+        except Exception as exc:  # the episode's check names it
+            answer = f"{type(exc).__name__}: {exc}"
+        sys.stdout.write(json.dumps({"key": key, "answer": answer}) + "\n")
+        sys.stdout.flush()
+
+    def read() -> None:
+        for line in sys.stdin:
+            asyncio.run_coroutine_threadsafe(one(json.loads(line)), loop)
+        loop.call_soon_threadsafe(loop.stop)
+
+    threading.Thread(target=read, daemon=True).start()
+    loop.run_forever()
 
 
 def workload(episodes: int) -> tuple[list[Row], dict[str, list[str]], dict[str, str]]:
@@ -210,10 +271,11 @@ def gateway(episodes: int, gen_latency: float) -> dict[str, Any]:
     return _figures(done, wall, cpu, gen_latency)
 
 
-def gateway_side(episodes: int) -> dict[str, Any]:
-    """The run thread's CPU time over the workload with the agents' clients on another thread."""
+def gateway_side(episodes: int, entry: str = "client_side_agent") -> dict[str, Any]:
+    """The run thread's CPU time over the workload with the agents elsewhere: their clients on
+    another thread (``client_side_agent``) or in another process (``process_side_agent``)."""
     rows, scripts, answers = workload(episodes)
-    agent = {"entry": f"{Path(__file__).resolve()}:client_side_agent"}
+    agent = {"entry": f"{Path(__file__).resolve()}:{entry}"}
     runtime = make_runtime({**_config(episodes, scripts), "agent": agent}, {})
     try:
         tokenizer = ByteChatTokenizer()
@@ -240,6 +302,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     loop_cpu = rlf_loop(args.episodes, 0.0)
     gateway_cpu = gateway(args.episodes, 0.0)
     side_cpu = gateway_side(args.episodes)
+    process_side_cpu = gateway_side(args.episodes, "process_side_agent")
     loop_rate = rlf_loop(args.episodes, args.gen_latency)
     gateway_rate = gateway(args.episodes, args.gen_latency)
     return {
@@ -256,11 +319,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "rlf_loop": {"framework_cpu": loop_cpu, "throughput": loop_rate},
         "gateway": {"framework_cpu": gateway_cpu, "throughput": gateway_rate},
         "gateway_side": {"run_thread_cpu": side_cpu},
+        "gateway_side_process": {"run_thread_cpu": process_side_cpu},
         "ratios": {
             "gateway_over_loop_cpu_per_turn": gateway_cpu["cpu_per_turn_s"] / loop_cpu["cpu_per_turn_s"],
             "gateway_over_loop_cpu_per_turn_goal": TARGET_GATEWAY_OVER_LOOP,
             "gateway_over_loop_episodes_per_s": gateway_rate["episodes_per_s"] / loop_rate["episodes_per_s"],
             "gateway_side_over_loop_cpu_per_turn": side_cpu["cpu_per_turn_s"] / loop_cpu["cpu_per_turn_s"],
+            "gateway_side_process_over_loop_cpu_per_turn": process_side_cpu["cpu_per_turn_s"]
+            / loop_cpu["cpu_per_turn_s"],
         },
     }
 
@@ -283,26 +349,33 @@ def table(result: dict[str, Any]) -> str:
             f"{name:<44}{cpu['cpu_per_turn_s'] * 1e3:>8.3f} ms{cpu['wall_s']:>8.3f} s{cpu['episodes_per_s']:>12.1f}"
             f"{rate['wall_s']:>8.3f} s{rate['episodes_per_s']:>12.1f}"
         )
-    side = result["gateway_side"]["run_thread_cpu"]
-    lines.append(
-        f"{'rlf side of the gateway (run thread only)':<44}{side['cpu_per_turn_s'] * 1e3:>8.3f} ms"
-        f"{side['wall_s']:>8.3f} s{side['episodes_per_s']:>12.1f}"
-    )
+    for name, key in (
+        ("rlf side of the gateway (run thread only)", "gateway_side"),
+        ("  the same, agents in another process", "gateway_side_process"),
+    ):
+        side = result[key]["run_thread_cpu"]
+        lines.append(
+            f"{name:<44}{side['cpu_per_turn_s'] * 1e3:>8.3f} ms{side['wall_s']:>8.3f} s{side['episodes_per_s']:>12.1f}"
+        )
     ratio, goal = r["gateway_over_loop_cpu_per_turn"], r["gateway_over_loop_cpu_per_turn_goal"]
     verdict = "within" if ratio <= goal else "OVER"
     lines += [
-        "  (the gateway's CPU includes the OpenAI SDK client and uvicorn/starlette, all in this process;",
-        "   its wall includes the endpoint's start and stop, as in a rollout step)",
+        "  (the gateway's CPU includes the OpenAI SDK client and uvicorn (the endpoint a bare ASGI app, not",
+        "   uvicorn/starlette), all in this process; its wall includes the endpoint's start and stop, as in a",
+        "   rollout step, and the agents' process start in the last row's)",
         "",
         f"gateway / loop CPU per turn = {ratio:.2f}x ({verdict} the goal of <= {goal}x); "
         f"episodes/s gateway / loop = {r['gateway_over_loop_episodes_per_s']:.2f}",
         f"rlf's side of the gateway / loop CPU per turn = {r['gateway_side_over_loop_cpu_per_turn']:.2f}x "
-        "(the agents' clients on a thread of their own, as when agents run elsewhere)",
+        "(the agents' clients on a thread of their own, as when agents run elsewhere), "
+        f"{r['gateway_side_process_over_loop_cpu_per_turn']:.2f}x with the agents in another process",
     ]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> None:
+    if (argv if argv is not None else sys.argv[1:]) == ["--agents-process"]:
+        return serve_agents()
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--episodes", type=int, default=256, help="episodes (rows, n=1), all at once")
     parser.add_argument("--gen-latency", type=float, default=0.0, help="seconds per generate call (throughput)")

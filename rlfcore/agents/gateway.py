@@ -16,7 +16,7 @@ import math
 import secrets
 import socket
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any, Protocol
@@ -214,6 +214,48 @@ def chunks(answer: Answer, model: str, include_usage: bool) -> Iterator[dict[str
         yield {**base, "choices": [], "usage": _usage(answer)}
 
 
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+Asgi = Callable[[dict[str, Any], Receive, Send], Awaitable[None]]
+Handler = Callable[[str | None, Receive, Send], Awaitable[None]]
+_JSON = (b"content-type", b"application/json")
+_EVENTS = (b"content-type", b"text/event-stream; charset=utf-8")
+
+
+def _json(value: Any) -> bytes:
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+
+
+async def _respond(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    start = [_JSON, (b"content-length", str(len(body)).encode()), *(headers or [])]
+    await send({"type": "http.response.start", "status": status, "headers": start})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _refuse(send: Send, exc: RequestError, headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    await _respond(send, exc.status, _json(exc.body()), headers)
+
+
+async def _body(receive: Receive) -> bytes | None:
+    """The request's body (None if the client disconnected); one over :data:`MAX_BODY_BYTES` is
+    read to its end but not kept, and refused with 413."""
+    parts: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        part = message.get("body", b"")
+        size += len(part)
+        if size <= MAX_BODY_BYTES:
+            parts.append(part)
+        if not message.get("more_body", False):
+            break
+    if size > MAX_BODY_BYTES:
+        raise _error(413, f"the request is over {MAX_BODY_BYTES} bytes", "request_too_large")
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
 class Gateway:
     """The endpoint: episodes by key, served by uvicorn on the run's event loop."""
 
@@ -250,73 +292,86 @@ class Gateway:
             raise _error(409, f"this episode has ended ({found.ended}): it takes no more requests", "episode_ended")
         return found
 
-    def app(self) -> Any:
-        from starlette.applications import Starlette
-        from starlette.requests import Request
-        from starlette.responses import JSONResponse, Response, StreamingResponse
-        from starlette.routing import Route
+    def app(self) -> Asgi:
+        """The endpoint as a bare ASGI application: three routes, JSON in and out, and no framework
+        between uvicorn and the handlers, since every turn of every agent pays for each layer."""
+        routes: dict[str, tuple[frozenset[str], Handler]] = {
+            "/v1/models": (frozenset({"GET", "HEAD"}), self._models),
+            "/v1/chat/completions": (frozenset({"POST"}), self._chat),
+            "/v1/rlf/reward": (frozenset({"POST"}), self._reward),
+        }
 
-        async def models(request: Request) -> Response:
-            try:
-                self.episode(request.headers.get("authorization"))
-            except RequestError as exc:
-                return JSONResponse(exc.body(), status_code=exc.status)
-            return JSONResponse({"object": "list", "data": [{"id": self.model, "object": "model", "owned_by": "rlf"}]})
+        async def app(scope: dict[str, Any], receive: Receive, send: Send) -> None:
+            if scope["type"] != "http":
+                return
+            route = routes.get(scope["path"])
+            if route is None:
+                where = ", ".join(routes)
+                return await _refuse(
+                    send, _error(404, f"no route {scope['path']}: this endpoint serves {where}", "not_found")
+                )
+            methods, handler = route
+            if scope["method"] not in methods:
+                allowed = ", ".join(sorted(methods))
+                refusal = _error(405, f"{scope['path']} takes {allowed}, not {scope['method']}", "method_not_allowed")
+                return await _refuse(send, refusal, [(b"allow", allowed.encode())])
+            authorization = next((v.decode("latin-1") for k, v in scope["headers"] if k == b"authorization"), None)
+            await handler(authorization, receive, send)
 
-        async def chat(request: Request) -> Response:
-            try:
-                episode = self.episode(request.headers.get("authorization"))
-                raw = await request.body()
-                if len(raw) > MAX_BODY_BYTES:
-                    raise _error(413, f"the request is over {MAX_BODY_BYTES} bytes", "request_too_large")
-                try:
-                    body = json.loads(raw)
-                except ValueError as exc:
-                    raise _error(400, f"the body is not JSON: {exc}", "invalid_json") from None
-                parsed = parse_request(body, self.model)
-                answer = await episode.complete(parsed)
-            except RequestError as exc:
-                return JSONResponse(exc.body(), status_code=exc.status)
-            if not parsed.stream:
-                return JSONResponse(completion(answer, self.model))
+        return app
 
-            async def events() -> AsyncIterator[str]:
-                for chunk in chunks(answer, self.model, parsed.include_usage):
-                    yield f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n"
-                yield "data: [DONE]\n\n"
-
-            return StreamingResponse(events(), media_type="text/event-stream")
-
-        async def reward(request: Request) -> Response:
-            """An agent's own reward for its episode: ``{"reward": NUMBER}``, once or more (the last counts)."""
-            try:
-                episode = self.episode(request.headers.get("authorization"))
-                raw = await request.body()
-                try:
-                    value = json.loads(raw).get("reward") if len(raw) <= MAX_BODY_BYTES else None
-                except (ValueError, AttributeError):
-                    value = None
-                if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                    raise _error(
-                        400, 'the body must be {"reward": NUMBER}, a finite number', "invalid_reward", "reward"
-                    )
-                episode.report(float(value))
-            except RequestError as exc:
-                return JSONResponse(exc.body(), status_code=exc.status)
-            return JSONResponse({"reward": float(value)})
-
-        return Starlette(
-            routes=[
-                Route("/v1/models", models),
-                Route("/v1/chat/completions", chat, methods=["POST"]),
-                Route("/v1/rlf/reward", reward, methods=["POST"]),
-            ]
+    async def _models(self, authorization: str | None, _receive: Receive, send: Send) -> None:
+        try:
+            self.episode(authorization)
+        except RequestError as exc:
+            return await _refuse(send, exc)
+        await _respond(
+            send, 200, _json({"object": "list", "data": [{"id": self.model, "object": "model", "owned_by": "rlf"}]})
         )
+
+    async def _chat(self, authorization: str | None, receive: Receive, send: Send) -> None:
+        try:
+            episode = self.episode(authorization)
+            raw = await _body(receive)
+            if raw is None:
+                return  # the client went away
+            try:
+                body = json.loads(raw)
+            except ValueError as exc:
+                raise _error(400, f"the body is not JSON: {exc}", "invalid_json") from None
+            parsed = parse_request(body, self.model)
+            answer = await episode.complete(parsed)
+        except RequestError as exc:
+            return await _refuse(send, exc)
+        if not parsed.stream:
+            return await _respond(send, 200, _json(completion(answer, self.model)))
+        await send({"type": "http.response.start", "status": 200, "headers": [_EVENTS]})
+        for chunk in chunks(answer, self.model, parsed.include_usage):
+            event = f"data: {json.dumps(chunk, ensure_ascii=False)}\n\n".encode()
+            await send({"type": "http.response.body", "body": event, "more_body": True})
+        await send({"type": "http.response.body", "body": b"data: [DONE]\n\n"})
+
+    async def _reward(self, authorization: str | None, receive: Receive, send: Send) -> None:
+        """An agent's own reward for its episode: ``{"reward": NUMBER}``, once or more (the last counts)."""
+        try:
+            episode = self.episode(authorization)
+            raw = await _body(receive)
+            if raw is None:
+                return
+            try:
+                value = json.loads(raw).get("reward")
+            except (ValueError, AttributeError):
+                value = None
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise _error(400, 'the body must be {"reward": NUMBER}, a finite number', "invalid_reward", "reward")
+            episode.report(float(value))
+        except RequestError as exc:
+            return await _refuse(send, exc)
+        await _respond(send, 200, _json({"reward": float(value)}))
 
     async def start(self) -> None:
         """Listen on a free port of ``host``; :attr:`base_url` says where."""
         try:
-            import starlette  # noqa: F401
             import uvicorn
         except ImportError as exc:
             raise RuntimeError(f"the agent endpoint needs {exc.name}: pip install 'rlfcore[agents]'") from None
@@ -334,7 +389,13 @@ class Gateway:
         host = f"[{self.host}]" if family == socket.AF_INET6 else self.host
         self.base_url = f"http://{host}:{port}/v1"
         config = uvicorn.Config(
-            self.app(), lifespan="off", log_level="warning", access_log=False, backlog=4096, timeout_graceful_shutdown=5
+            self.app(),
+            lifespan="off",
+            log_level="warning",
+            access_log=False,
+            proxy_headers=False,  # loopback only: no proxy's X-Forwarded-For to read
+            backlog=4096,
+            timeout_graceful_shutdown=5,
         )
         self._server = Server(config)
         self._task = asyncio.create_task(self._server.serve(sockets=[sock]))

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import importlib
 import importlib.util
 import inspect
 import json
 import os
 import signal
+import ssl
 import traceback
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -69,22 +71,37 @@ def _answer(value: Any) -> str | None:
     return json.dumps(value, ensure_ascii=False, default=str)
 
 
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    """One TLS context for the process: building one loads the CA store (26 ms of CPU), which every
+    rollout step's new client would pay again."""
+    return ssl.create_default_context()
+
+
 class FunctionAgent:
     """``agent.entry``: ``fn(task, client)`` per episode. Every episode's client is a copy of one
-    ``openai.AsyncOpenAI`` with the episode's base URL and key, so they share one connection pool
-    (and one TLS context: building one loads the CA store, 26 ms of CPU, which made three quarters
-    of an episode's cost in benchmarks/agent_gateway.py)."""
+    ``openai.AsyncOpenAI`` with the episode's key, so they share one connection pool and one TLS
+    context; a copy is given the base URL only where it differs from the shared client's, since
+    parsing it again doubles a copy's cost."""
 
     def __init__(self, fn: AgentFunction, timeout_s: float):
         self.fn, self.timeout_s = fn, timeout_s
         self._base: Any = None
+        self._base_url = ""
 
     async def __call__(self, task: dict[str, Any], base_url: str, key: str) -> Outcome:
         if self._base is None:
             import openai
 
-            self._base = openai.AsyncOpenAI(base_url=base_url, api_key=key, max_retries=0, timeout=self.timeout_s)
-        client = self._base.with_options(base_url=base_url, api_key=key)
+            http = openai.DefaultAsyncHttpxClient(verify=_tls())
+            self._base = openai.AsyncOpenAI(
+                base_url=base_url, api_key=key, max_retries=0, timeout=self.timeout_s, http_client=http
+            )
+            self._base_url = base_url
+        if base_url == self._base_url:
+            client = self._base.with_options(api_key=key)
+        else:
+            client = self._base.with_options(base_url=base_url, api_key=key)
         try:
             value = await asyncio.wait_for(self.fn(task, client), self.timeout_s)
             return Outcome(answer=_answer(value))

@@ -24,7 +24,7 @@ from rlfcore.chat import ChatTokenizer, reads_reasoning
 from rlfcore.context import TurnContext
 from rlfcore.data import Row
 from rlfcore.engines.base import Engine, SamplingParams
-from rlfcore.loop import Room, StopReason, Trajectory, _assistant_message, checks_template
+from rlfcore.loop import Room, StopReason, Trajectory, _assistant_message, _older_objects_frozen, checks_template
 from rlfcore.runtime import Runtime
 from rlfcore.sequences import RolloutTokens, SequenceBuilder, TemplateError
 from rlfcore.types import Message, ToolCall
@@ -89,9 +89,15 @@ class EpisodeRun:
         segments = [seg, *(self._fork(seg, k, request.n) for k in range(1, request.n))]
         t0 = time.perf_counter()
         try:
-            gens = await asyncio.gather(
-                *(self.engine.generate(context, self._params(request, room, k), self._id(k)) for k in range(request.n))
-            )
+            if request.n == 1:  # most requests: no task and gathering future for one generation
+                gens = [await self.engine.generate(context, self._params(request, room, 0), self._id(0))]
+            else:
+                gens = await asyncio.gather(
+                    *(
+                        self.engine.generate(context, self._params(request, room, k), self._id(k))
+                        for k in range(request.n)
+                    )
+                )
         except Exception as exc:  # the policy failed: this episode ends, the step goes on
             for s in segments:
                 Episode.failed(s)
@@ -210,7 +216,8 @@ class AgentRollout:
         replaces :attr:`seed` (agent episodes of two steps never run at once)."""
         if seed is not None:
             self.seed = seed
-        groups = await asyncio.gather(*(self.group(row, n, on_done) for row in rows))
+        with _older_objects_frozen():  # as rlf's own loop: no full collections over what existed before
+            groups = await asyncio.gather(*(self.group(row, n, on_done) for row in rows))
         return [t for group in groups for t in group]
 
     async def group(
