@@ -17,13 +17,14 @@ same words with the same exit code.
 
 from __future__ import annotations
 
+import collections.abc
 import difflib
 import json
 import os
 import typing
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any, Literal
 
 import yaml
@@ -94,8 +95,8 @@ PATH_SETTINGS = (
     "local_plugins",
     "agent.entry",
 )
-"""The core's settings that name files or folders (a list: each entry). Plugins' sections carry no such
-mark, so a plugin's path typed on the command line is read from the config's folder, as in the file."""
+"""The core's settings that name files or folders (a list: each entry). A plugin marks its own by typing
+them ``pathlib.Path`` in its schema (:func:`plugin_path_settings`)."""
 
 
 # --- reading ---------------------------------------------------------------------------------------
@@ -148,15 +149,18 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> list[ConfigIs
 
 
 def typed_overrides(overrides: list[str] | tuple[str, ...], cwd: Path | None = None) -> list[str]:
-    """``overrides`` as a command line gives them: a relative path in a :data:`PATH_SETTINGS` setting is
-    made absolute from ``cwd`` (the current folder), since the user typed it there, not in the config's
-    folder. Whole sections (``data={train: a.jsonl}``) are looked through; other overrides are unchanged."""
+    """``overrides`` as a command line gives them: a relative path in a :data:`PATH_SETTINGS` setting, or
+    in an installed plugin's (:func:`plugin_path_settings`), is made absolute from ``cwd`` (the current
+    folder), since the user typed it there, not in the config's folder. Whole sections (``data={train:
+    a.jsonl}``) are looked through; other overrides are unchanged."""
     here = cwd or Path.cwd()
+    sections = {item.partition("=")[0].strip().split(".")[0] for item in overrides}
+    known = PATH_SETTINGS + plugin_path_settings(sections - set(RunConfig.model_fields))
     out = []
     for item in overrides:
         key, sep, raw = item.partition("=")
         key = key.strip()
-        inside = [p for p in PATH_SETTINGS if p == key or p.startswith(key + ".")]
+        inside = [p for p in known if p == key or p.startswith(key + ".")]
         if not sep or not key or not inside:
             out.append(item)
             continue
@@ -171,6 +175,51 @@ def typed_overrides(overrides: list[str] | tuple[str, ...], cwd: Path | None = N
             )
         out.append(item if changed == value else f"{key}={json.dumps(changed)}")
     return out
+
+
+def plugin_path_settings(names: Collection[str]) -> tuple[str, ...]:
+    """The path settings of the installed plugins in ``names``, dotted (``nl2sql.db``): the fields of
+    its schema typed ``pathlib.Path`` (also ``Path | None``, ``list[Path]``, and inside a nested
+    section). A name that is no installed plugin, or one that fails to load, has none here: reading
+    the config says why."""
+    if not names:
+        return ()
+    manager = PluginManager()
+    try:
+        manager.discover(builtins=False)
+    except PluginError:
+        return ()
+    found: list[str] = []
+    for name in sorted(set(names) & set(manager.infos)):
+        try:
+            manager.load(name)
+        except PluginError:
+            continue
+        schema = config_schema(manager, name)
+        found += _path_fields(schema, name) if schema is not None else []
+    return tuple(found)
+
+
+def _path_fields(schema: type[BaseModel], prefix: str) -> list[str]:
+    """The dotted names of ``schema``'s fields typed with a path, its nested sections' included."""
+    found = []
+    for name, field in schema.model_fields.items():
+        kinds = _kinds(field.annotation)
+        if any(issubclass(k, PurePath) for k in kinds):
+            found.append(f"{prefix}.{name}")
+        found += [p for k in kinds if issubclass(k, BaseModel) for p in _path_fields(k, f"{prefix}.{name}")]
+    return found
+
+
+def _kinds(annotation: Any) -> list[type]:
+    """The classes an annotation takes a value of, looking through ``X | None``, unions and lists
+    (not mappings: their keys are the user's names, not settings)."""
+    origin = typing.get_origin(annotation)
+    if origin in (dict, collections.abc.Mapping):
+        return []
+    if origin is None:
+        return [annotation] if isinstance(annotation, type) else []
+    return [k for arg in typing.get_args(annotation) for k in _kinds(arg)]
 
 
 def _typed_at(value: Any, rest: list[str], setting: str, here: Path) -> Any:
@@ -456,23 +505,34 @@ def missing_files(
 
 def _files_read(config: RunConfig, command: Command, backend: str) -> list[tuple[str, str | None]]:
     """Each file setting ``command`` reads and its value: those set, and the one it needs even when unset
-    (``data.train`` to train, ``sft.data`` for ``rlf sft``, ``data.eval`` or ``data.train`` to evaluate).
-    ``rlf config`` looks at every one that is set."""
+    (``data.train`` to train, ``sft.data`` for ``rlf sft``, ``data.eval`` or ``data.train`` to evaluate),
+    with ``model.init``'s while it is to build the model. ``rlf config`` looks at every one that is set."""
     data, sft, init = config.data, config.sft, config.model.init
-    if command == "eval":
-        return [("data.eval", data.eval)] if data.eval or not data.train else [("data.train", data.train)]
     named: list[tuple[str, str | None]] = []
-    if command != "sft":
-        named += [("data.train", data.train), ("data.difficulty", data.difficulty)]
-    if command == "config" or backend == "verl":
-        named.append(("data.eval", data.eval))
-    if command != "train" or sft.steps:
-        named += [("sft.data", sft.data), ("sft.tools", sft.tools)]
-    if init is not None and not config.path(config.model.path or ".").joinpath("config.json").exists():
+    if command == "eval":
+        named.append(("data.eval", data.eval) if data.eval or not data.train else ("data.train", data.train))
+        needed: str | None = named[0][0]
+    else:
+        if command != "sft":
+            named += [("data.train", data.train), ("data.difficulty", data.difficulty)]
+        if command == "config" or backend == "verl":
+            named.append(("data.eval", data.eval))
+        if command != "train" or sft.steps:
+            named += [("sft.data", sft.data), ("sft.tools", sft.tools)]
+        needed = {"train": "data.train", "sft": "sft.data"}.get(command)
+    if init is not None and builds_model(config, command):
         named += [("model.init.tokenizer", init.tokenizer)] if init.tokenizer else []
         named += [(f"model.init.texts[{i}]", t) for i, t in enumerate(init.texts)]
-    needed = {"train": "data.train", "sft": "sft.data"}.get(command)
     return [(key, value) for key, value in named if value or key == needed]
+
+
+def builds_model(config: RunConfig, command: Command) -> bool:
+    """Whether ``command`` builds the model ``model.init`` describes: ``model.path`` holds none yet
+    (no ``config.json``). ``rlf eval`` builds it as training does, unless its engine is a chat API's,
+    which sends messages and needs no model here."""
+    if config.model.init is None or config.path(config.model.path or ".").joinpath("config.json").exists():
+        return False
+    return command != "eval" or config.engine.name not in CHAT_ENGINES
 
 
 ModelNeed = Literal["weights", "tokenizer"]
@@ -480,14 +540,16 @@ ModelNeed = Literal["weights", "tokenizer"]
 
 def _model_need(config: RunConfig, command: Command, backend: str) -> ModelNeed | None:
     """What of the model ``command`` reads: training the weights at ``model.path`` (verl fetches its own),
-    ``rlf eval`` the tokenizer (none for a chat engine, which sends messages); ``rlf config`` as the
-    engine would."""
+    ``rlf eval`` the tokenizer (none for a chat engine, which sends messages), or like training the model
+    ``model.init`` builds; ``rlf config`` as the engine would."""
 
     if command in ("train", "sft"):
         return "weights" if backend == "local" else None
     if config.engine.name in CHAT_ENGINES:
         return None
-    return "tokenizer" if command == "eval" or config.engine.name != "transformers" else "weights"
+    if command == "eval":
+        return "weights" if builds_model(config, command) else "tokenizer"
+    return "tokenizer" if config.engine.name != "transformers" else "weights"
 
 
 def model_issue(config: RunConfig, need: ModelNeed) -> ConfigIssue | None:
@@ -519,7 +581,9 @@ def model_issue(config: RunConfig, need: ModelNeed) -> ConfigIssue | None:
     elif config.model.init is None:
         fix = ", and no model.init to build one there"
     else:  # a checkpoint's folder typed by hand is not one to build
-        fix = "" if typed else "; model.init describes one: build it with `rlf init-model CONFIG` (or `rlf train`)"
+        fix = (
+            "" if typed else "; model.init describes one: `rlf train`, `rlf eval` and `rlf init-model CONFIG` build it"
+        )
     if hub:
         cache = ", nor a model in the local Hugging Face cache" if need == "tokenizer" else ""
         fix += f"{cache}; rlf downloads no model (a hub id is for --backend verl)"

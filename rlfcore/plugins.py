@@ -12,6 +12,7 @@ import difflib
 import importlib
 import importlib.util
 import os
+import site
 import sys
 import traceback
 from dataclasses import dataclass, field
@@ -104,6 +105,26 @@ def _suggest(name: str, candidates: list[str] | tuple[str, ...]) -> str:
     return f" (did you mean '{close[0]}'?)" if close else ""
 
 
+_TAKEN_IN: set[Path] = set()
+"""The ``.pth`` files :func:`_take_in_install` ran: each once a process."""
+
+
+def _take_in_install(ep: metadata.EntryPoint) -> None:
+    """Make a distribution installed while this process runs (``rlf ui``) importable as a restart would,
+    when its entry point is found but its package is not: the import system's caches of folders are
+    dropped, and the ``.pth`` files the distribution installed (an editable install's finder or folder),
+    which the interpreter runs only at start-up, are run."""
+    importlib.invalidate_caches()
+    dist = ep.dist
+    if dist is None:
+        return
+    for file in dist.files or []:
+        path = Path(str(dist.locate_file(file)))
+        if file.suffix == ".pth" and len(file.parts) == 1 and path not in _TAKEN_IN and path.is_file():
+            _TAKEN_IN.add(path)
+            site.addpackage(str(path.parent), path.name, None)
+
+
 class PluginManager:
     """rlf's view of pluggy's manager: discovery by entry point, loading with clear errors, routing."""
 
@@ -121,13 +142,16 @@ class PluginManager:
     def discover(self, *, builtins: bool = True) -> None:
         """Register the built-ins and find installed plugins (without importing them).
 
-        ``builtins=False`` finds only the installed plugins: ``rlf``'s start-up, which asks them for
+        The entry points are read afresh, the import system's caches of folders dropped first: a
+        long-lived process (``rlf ui``) finds a plugin installed after it started without a restart
+        (:func:`_take_in_install` makes its package importable). ``builtins=False`` finds only the installed plugins: ``rlf``'s start-up, which asks them for
         commands, then skips importing the core's executor, parsers and engines."""
         for name, module in BUILTINS.items() if builtins else ():
             self._add(PluginInfo(name=name, source="builtin", target=module, enabled=True))
             self.load(name)
         if os.environ.get(ENV_DISABLE_AUTOLOAD):
             return
+        importlib.invalidate_caches()  # a folder's listing is cached by its mtime, which ticks coarsely
         chosen = os.environ.get(ENV_PLUGINS)
         wanted = None if chosen is None else {n.strip() for n in chosen.split(",") if n.strip()}
         for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
@@ -222,7 +246,14 @@ class PluginManager:
 
     def _import(self, info: PluginInfo) -> Any:
         if info.source == "entrypoint":
-            return self._entry_points[info.name].load()
+            ep = self._entry_points[info.name]
+            try:
+                return ep.load()
+            except ModuleNotFoundError as exc:
+                if exc.name != ep.module.partition(".")[0]:
+                    raise  # the package is there; something it imports is missing
+                _take_in_install(ep)
+                return ep.load()
         if info.source == "local" and info.target.endswith(".py"):
             path = Path(info.target)
             if not path.exists():

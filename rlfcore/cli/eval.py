@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -62,6 +63,8 @@ def eval_command(  # noqa: PLR0915 - the command's steps in order
 ) -> None:
     """Roll out the rows of data.eval (or data.train) and score them: one JSON line per trajectory,
     then a summary table. Exits 1 when every trajectory failed (endpoint down, a broken scorer)."""
+    from rlfcore.backends.local.model import ensure_model, tool_schemas
+    from rlfcore.cli.train import announce_model_build
     from rlfcore.config import typed_overrides, validate
     from rlfcore.data import read_rows
     from rlfcore.evaluation import default_out, difficulty_out, evaluate, row_profiles, write_profiles
@@ -86,6 +89,8 @@ def eval_command(  # noqa: PLR0915 - the command's steps in order
     async def main() -> tuple[list[Any], dict[str, Any]]:
         runtime = await Runtime.create(config, manager)
         try:
+            if announce_model_build(config, "eval"):  # as rlf train does: the tokenizer learns the tool list too
+                await asyncio.to_thread(ensure_model, config, config.base_dir, tool_schemas(runtime))
             tokenizer = runtime.tokenizer() if _needs_tokenizer(config.engine.name) else None
             model = runtime.engine(tokenizer)
             with _EvalProgress(len(rows)) as progress, out_path.open("w") as f:

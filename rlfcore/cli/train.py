@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from rlfcore.backends import BACKENDS
+
+if TYPE_CHECKING:
+    from rlfcore.config import Command
+    from rlfcore.schema import RunConfig
 
 
 def _run_path(config_path: str, run_dir: str | None) -> Path:
@@ -204,6 +208,7 @@ def train(
             outcome = chosen.dry_run(job, click.echo)
         else:
             click.echo(f"Run folder: {request.run_dir}")
+            announce_model_build(job.config, "train")
             with _Bar(job.config) as bar:
                 outcome = (chosen.resume if resume else chosen.run)(job, bar)
     except RunDirError as exc:
@@ -294,6 +299,7 @@ def init_model(config_path: str, overrides: tuple[str, ...]) -> None:
     from rlfcore.tinymodel import describe
 
     config, manager = load_config(config_path, typed_overrides(overrides))
+    announce_model_build(config, "config")
     runtime = Runtime.open(config, manager)
     try:
         path = ensure_model(config, config.base_dir, tool_schemas(runtime))
@@ -301,6 +307,18 @@ def init_model(config_path: str, overrides: tuple[str, ...]) -> None:
         runtime.close()
     model, _ = load_policy(path, "cpu")
     click.echo(f"{describe(model)} at {path}")
+
+
+def announce_model_build(config: RunConfig, command: Command) -> bool:
+    """Whether ``command`` is to build the model ``model.init`` describes, said on stderr with where:
+    training a tokenizer and writing a model takes a while before the first step or row."""
+    from rlfcore.config import builds_model
+
+    if not builds_model(config, command):
+        return False
+    where = config.path(config.model.path or ".")
+    click.echo(f"Building the model model.init describes at {where} (model.path holds none yet)", err=True)
+    return True
 
 
 def _summary(summary: dict[str, Any], path: Path) -> None:

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from rlfcore.backends.local.run import check_model
-from rlfcore.config import ConfigError, load_config, typed_overrides
+from rlfcore.config import ConfigError, load_config, plugin_path_settings, typed_overrides
 from tests.support.rlf import run_rlf
 
 ROW = {"id": "q", "prompt": "What is 2 plus 3?", "ground_truth": "5"}
@@ -109,3 +109,33 @@ def test_a_missing_model_folder_says_where_it_was_looked_for(tmp_path):
     assert str(caught.value).endswith(
         f"model.path: {tmp_path / 'runs/x/model'} has no model, and model.init is not set to build one"
     )
+
+
+def test_a_plugins_path_setting_typed_on_the_command_line_is_the_shells(tmp_path):
+    """nl2sql types ``db`` and ``db_root`` ``Path``: typed as overrides they are read from the current
+    folder, as the core's are, and written in the file they stay the config's."""
+    pytest.importorskip("rlf_nl2sql", reason="rlf-nl2sql is not installed (pip install -e plugins/rlf-nl2sql)")
+    (tmp_path / "project").mkdir()
+    (tmp_path / "project" / "run.yaml").write_text("plugins: [nl2sql]\nnl2sql: {db_root: dbs, db: mine.sqlite}\n")
+    out = run_rlf("config", "project/run.yaml", "nl2sql.db=dbs/x.sqlite", "nl2sql.max_rows=7", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    shown = yaml.safe_load(out.stdout)["nl2sql"]
+    assert (shown["db"], shown["db_root"], shown["max_rows"]) == (str(tmp_path / "dbs" / "x.sqlite"), "dbs", 7)
+
+    whole = run_rlf("config", "project/run.yaml", "nl2sql={db_root: ../shared, max_rows: 3}", cwd=tmp_path)
+    assert whole.returncode == 0, whole.stderr
+    assert yaml.safe_load(whole.stdout)["nl2sql"]["db_root"] == str(tmp_path.parent / "shared")
+
+
+def test_plugin_path_settings_are_the_fields_typed_path(tmp_path):
+    """deepsearch's corpus and index folder are paths, its encoder (a folder or a package) and the rest
+    are not; a name that is no installed plugin has none, and its override is left as typed."""
+    pytest.importorskip("rlf_deepsearch", reason="rlf-deepsearch is not installed")
+    assert set(plugin_path_settings(["deepsearch", "nosuch"])) == {"deepsearch.corpus", "deepsearch.index_dir"}
+    given = ["deepsearch.corpus=data/c.jsonl", "deepsearch.encoder=enc", "deepsearch.index_dir=~/idx", "nosuch.x=a"]
+    assert typed_overrides(given, tmp_path) == [
+        f"deepsearch.corpus={json.dumps(str(tmp_path / 'data' / 'c.jsonl'))}",
+        "deepsearch.encoder=enc",
+        f"deepsearch.index_dir={json.dumps(os.path.expanduser('~/idx'))}",
+        "nosuch.x=a",
+    ]

@@ -18,10 +18,10 @@ class Settings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    corpus: str | None = Field(
+    corpus: Path | None = Field(
         None, description="JSONL passages {id, title, text}; unset: the plugin's 12-passage demo corpus."
     )
-    index_dir: str | None = Field(
+    index_dir: Path | None = Field(
         None, description="Index cache (BM25 and dense); unset: $XDG_CACHE_HOME/rlf-deepsearch."
     )
     retriever: Literal["bm25", "dense", "hybrid"] = Field(
@@ -97,5 +97,5 @@ def base_dir(ctx: Any) -> Path:
     return config_dir(getattr(ctx, "config", None))
 
 
-def resolve(path: str, base: Path) -> Path:
+def resolve(path: str | Path, base: Path) -> Path:
     return resolve_path(path, base)

@@ -24,14 +24,14 @@ class Settings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    db_root: str | None = Field(
+    db_root: Path | None = Field(
         None, description="Folder that rows' relative `extra.db` paths start from (itself relative to the run config)."
     )
     confine_to_db_root: bool = Field(
         False,
         description="Refuse a row's `extra.db` outside `db_root` (absolute, `..`, a symlink out): for untrusted data.",
     )
-    db: str | None = Field(None, description="Database file for rows that name none (relative to the run config).")
+    db: Path | None = Field(None, description="Database file for rows that name none (relative to the run config).")
     max_rows: int = Field(20, ge=1, description="Rows of a query result shown to the model.")
     max_chars: int = Field(2000, ge=100, description="Characters of a query result shown to the model.")
     max_cell_chars: int = Field(100, ge=8, description="Characters of one value shown to the model.")
