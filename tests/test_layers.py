@@ -33,6 +33,7 @@ LAYERS: dict[str, int] = {
     "rlfcore.registries": 0,
     "rlfcore.hooktrace": 0,
     "rlfcore.threads": 0,
+    "rlfcore.cpus": 0,
     "rlfcore.signals": 0,
     "rlfcore.processes": 0,
     "rlfcore.runloop": 0,

@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from rlfcore import __version__
+from rlfcore import __version__, cpus
 from rlfcore.cli.config import config
 from rlfcore.cli.eval import eval_command
 from rlfcore.cli.models import models
@@ -107,6 +107,7 @@ for command in (train, sft, rescore, init_model, ui):
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: runs the CLI and turns config and plugin errors into clean messages and exit codes."""
+    cpus.apply()  # OpenMP's settings, before a command loads torch
     from rlfcore.config import ConfigError
     from rlfcore.failures import RunFailed
     from rlfcore.plugins import PluginError
