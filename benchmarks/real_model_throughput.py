@@ -147,7 +147,12 @@ def run_vllm(
             json.dumps({"model": str(folder), "dtype": dtype, "prompts": prompts, "new": new, "repeats": repeats})
         )
         child.write_text(VLLM_CHILD)
-        env = {**os.environ, "VLLM_CPU_OMP_THREADS_BIND": "nobind", "OMP_NUM_THREADS": str(threads)}
+        env = {  # a KV cache of its own size: by default vLLM-CPU reserves 92% of the machine's memory
+            **os.environ,
+            "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+            "OMP_NUM_THREADS": str(threads),
+            "VLLM_CPU_KVCACHE_SPACE": "2",
+        }
         loads = [os.getloadavg()[0]]
         proc = subprocess.run(
             [str(VLLM_PYTHON), str(child), str(job)], capture_output=True, text=True, env=env, timeout=3600, check=False
