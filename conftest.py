@@ -7,6 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from rlfcore import cpus
+
+cpus.apply()  # torch runs in this process and in the commands tests start: OpenMP waits passively, as under `rlf`
+
 SHARED_DATA = Path(os.environ.get("RLF_SHARED_DATA", Path(__file__).resolve().parent.parent / "shared" / "data"))
 
 
