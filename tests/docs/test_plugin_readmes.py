@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -27,13 +25,9 @@ import pytest
 
 from rlfcore.testing import build_tiny
 from tests.support import ROOT
-from tests.support.docs import FENCE
+from tests.support.docs import FENCE, FETCH, fetched_folder, fresh_clone, words
 
 PLUGINS = ROOT / "plugins"
-FETCH = "rlf models fetch smollm2-135m-instruct"
-FETCHED = "~/.cache/rlf/models/smollm2-135m-instruct-float32"
-"""The folder the fetch writes with no ``$RLF_MODELS`` (checked against rlfcore.models below)."""
-
 CASES = {
     "deepsearch-hotpotqa": ("rlf-deepsearch", "## Use", "rlf_deepsearch"),
     "nl2sql-shop": ("rlf-nl2sql", "## Use it", "rlf_nl2sql"),
@@ -68,39 +62,6 @@ def config_commands(path: Path) -> list[str]:
     comments = "\n".join(line[1:] for line in path.read_text().splitlines() if line.startswith("#"))
     joined = re.sub(r"\\\n[ \t]*", " ", comments)
     return [line.strip() for line in joined.splitlines() if line.strip().startswith("rlf ")]
-
-
-def words(command: str) -> list[str]:
-    return shlex.split(command, comments=True)
-
-
-def fresh_clone(dest: Path) -> Path:
-    """The files a clone would have (the work tree's versions), copied to ``dest``."""
-    if not (ROOT / ".git").exists() or shutil.which("git") is None:
-        pytest.skip("not a git checkout: cannot tell the repository's files from what runs left")
-    listed = subprocess.run(
-        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-        cwd=ROOT,
-        capture_output=True,
-        check=True,
-    ).stdout.decode()
-    for name in filter(None, listed.split("\0")):
-        source = ROOT / name
-        if source.is_file():  # a tracked file deleted in the work tree is gone from the clone too
-            (dest / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, dest / name)
-    return dest
-
-
-def fetched_folder(home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Where ``rlf models fetch smollm2-135m-instruct`` puts SmolLM2 for this ``home``: the READMEs' path."""
-    from rlfcore.models import KNOWN, default_path
-
-    monkeypatch.delenv("RLF_MODELS", raising=False)
-    monkeypatch.setenv("HOME", str(home))
-    folder = default_path(KNOWN["smollm2-135m-instruct"], "float32")
-    assert folder == Path(FETCHED).expanduser(), f"the fetch writes {folder}, the READMEs say {FETCHED}"
-    return folder
 
 
 def test_the_fetched_models_folder_is_where_the_readmes_say(tmp_path, monkeypatch):

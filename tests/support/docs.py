@@ -1,15 +1,24 @@
 """Reading rlf's docs: a page, its fenced code blocks, the hook sections of docs/hooks.md and the rows of
-docs/config.md's reference tables."""
+docs/config.md's reference tables; and running their commands from a fresh clone."""
 
 from __future__ import annotations
 
 import re
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
 
 from tests.support import ROOT
 
 DOCS = ROOT / "docs"
 HOOK_HEADING = re.compile(r"^##[ \t]+`?([a-z_][a-z0-9_]*)`?[ \t]*$", re.MULTILINE)
 FENCE = re.compile(r"^```(\w*)[ \t]*\n(.*?)^```[ \t]*$", re.MULTILINE | re.DOTALL)
+FETCH = "rlf models fetch smollm2-135m-instruct"
+FETCHED = "~/.cache/rlf/models/smollm2-135m-instruct-float32"
+"""The folder the fetch writes with no ``$RLF_MODELS`` (checked against rlfcore.models below)."""
 
 
 def read_doc(name: str) -> str:
@@ -50,3 +59,40 @@ def config_rows(text: str) -> dict[str, list[str]]:
         if match:
             rows[match.group(1)] = [c.strip() for c in match.group(2).split("|")]
     return rows
+
+
+def words(command: str) -> list[str]:
+    """A shell command's words, as bash splits them (a trailing ``# comment`` dropped)."""
+    return shlex.split(command, comments=True)
+
+
+def clone_files() -> list[str]:
+    """The files a clone would have: git's tracked files and the untracked ones it does not ignore."""
+    if not (ROOT / ".git").exists() or shutil.which("git") is None:
+        pytest.skip("not a git checkout: cannot tell the repository's files from what runs left")
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        check=True,
+    ).stdout.decode()
+    return [name for name in listed.split("\0") if (ROOT / name).is_file()]  # a deleted tracked file is gone
+
+
+def fresh_clone(dest: Path) -> Path:
+    """The files a clone would have (the work tree's versions), copied to ``dest``."""
+    for name in clone_files():
+        (dest / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, dest / name)
+    return dest
+
+
+def fetched_folder(home: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Where ``rlf models fetch smollm2-135m-instruct`` puts SmolLM2 for this ``home``: the READMEs' path."""
+    from rlfcore.models import KNOWN, default_path
+
+    monkeypatch.delenv("RLF_MODELS", raising=False)
+    monkeypatch.setenv("HOME", str(home))
+    folder = default_path(KNOWN["smollm2-135m-instruct"], "float32")
+    assert folder == Path(FETCHED).expanduser(), f"the fetch writes {folder}, the READMEs say {FETCHED}"
+    return folder
