@@ -11,10 +11,11 @@ that dies fails only the call that killed it.
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
+
+from rlfcore.cpus import available_cpus
 
 if TYPE_CHECKING:  # imported on first use: every rlf command builds a runtime, few score in processes
     from concurrent.futures import ProcessPoolExecutor
@@ -27,12 +28,8 @@ class WorkerDied(RuntimeError):
 
 
 def default_processes() -> int:
-    """Up to 4 workers, and never more than the CPUs this process may use."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS and Windows have no affinity call
-        cpus = os.cpu_count() or 1
-    return max(1, min(4, cpus))
+    """Up to 4 workers, and never more than the CPUs this process may use (a cgroup quota included)."""
+    return max(1, min(4, available_cpus()))
 
 
 class ProcessPool:
