@@ -528,11 +528,14 @@ def _files_read(config: RunConfig, command: Command, backend: str) -> list[tuple
 
 def builds_model(config: RunConfig, command: Command) -> bool:
     """Whether ``command`` builds the model ``model.init`` describes: ``model.path`` holds none yet
-    (no ``config.json``). ``rlf eval`` builds it as training does, unless its engine is a chat API's,
-    which sends messages and needs no model here."""
+    (no ``config.json``). ``rlf eval`` builds it as training does when it reads anything of it: not
+    for a chat API's engine (it sends messages), nor for a completions API's given ``model.tokenizer``."""
     if config.model.init is None or config.path(config.model.path or ".").joinpath("config.json").exists():
         return False
-    return command != "eval" or config.engine.name not in CHAT_ENGINES
+    if command != "eval":
+        return True
+    engine = config.engine.name
+    return engine not in CHAT_ENGINES and (engine == "transformers" or not config.model.tokenizer)
 
 
 ModelNeed = Literal["weights", "tokenizer"]

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from tests.support.rlf import run_rlf
 
 ROWS = [{"id": f"q{i}", "prompt": f"What is {i} plus 3?", "ground_truth": str(i + 3)} for i in range(2)]
@@ -45,3 +47,22 @@ def test_rlf_eval_names_a_missing_model_init_text_before_it_starts(tmp_path):
     gone = tmp_path / "project" / "gone.jsonl"
     assert f"model.init.texts[1]: no such file: {gone} (read relative to the config's folder)" in out.stderr
     assert "model.path" not in out.stderr and not (tmp_path / "project" / "model").exists()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "builds"),
+    [
+        ([], True),  # the local engine reads the weights
+        (["engine.name=openai", "engine.base_url=http://127.0.0.1:9/v1"], True),  # its tokenizer is the model's
+        (["engine.name=openai", "engine.base_url=http://127.0.0.1:9/v1", "model.tokenizer=tok"], False),
+        (["engine.name=openai-chat", "engine.base_url=http://127.0.0.1:9/v1"], False),  # messages only
+    ],
+)
+def test_rlf_eval_builds_the_model_only_when_it_reads_it(tmp_path, overrides, builds):
+    """An API engine given its tokenizer reads nothing of ``model.path``: eval neither builds the model
+    nor asks for ``model.init``'s files (nl2sql's GeoQuery example, evaluated through an endpoint)."""
+    from rlfcore.config import builds_model, load_config
+
+    config, _ = load_config(_project(tmp_path, "{texts: [data.jsonl]}"), overrides)
+    assert builds_model(config, "eval") is builds
+    assert builds_model(config, "train") is True
