@@ -30,6 +30,12 @@ def rlfcore_imports(path: Path) -> list[tuple[int, str, list[str]]]:
     ]
 
 
+def plugin_files(plugin: Path) -> list[Path]:
+    """The plugin's own Python files: none in a hidden folder (rlf-verifiers' ``.site``, where its
+    install script puts verifiers and its dependencies, thousands of files that are not the plugin's)."""
+    return [p for p in plugin.rglob("*.py") if not any(part.startswith(".") for part in p.relative_to(plugin).parts)]
+
+
 def shipped_files(plugin: Path) -> list[Path]:
     """The Python files a plugin ships: all but its tests and benchmarks."""
-    return [p for p in plugin.rglob("*.py") if p.parts[len(plugin.parts)] not in ("tests", "benchmarks")]
+    return [p for p in plugin_files(plugin) if p.parts[len(plugin.parts)] not in ("tests", "benchmarks")]
