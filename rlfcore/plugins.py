@@ -144,8 +144,9 @@ class PluginManager:
 
         The entry points are read afresh, the import system's caches of folders dropped first: a
         long-lived process (``rlf ui``) finds a plugin installed after it started without a restart
-        (:func:`_take_in_install` makes its package importable). ``builtins=False`` finds only the installed plugins: ``rlf``'s start-up, which asks them for
-        commands, then skips importing the core's executor, parsers and engines."""
+        (:func:`_take_in_install` makes its package importable). ``builtins=False`` finds only the
+        installed plugins: ``rlf``'s start-up, which asks them for commands, then skips importing the
+        core's executor, parsers and engines."""
         for name, module in BUILTINS.items() if builtins else ():
             self._add(PluginInfo(name=name, source="builtin", target=module, enabled=True))
             self.load(name)
