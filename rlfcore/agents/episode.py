@@ -31,6 +31,8 @@ class Segment:
     response_ids: list[int] = field(default_factory=list)
     response_mask: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    generated: int = 0
+    """How many of ``response_mask`` are 1, kept as they change: a budget check per request stays O(1)."""
     busy: bool = False
     """A request on this segment is being answered: a request beside it starts its own segment."""
     cut: bool = False
@@ -108,7 +110,7 @@ class Episode:
 
     def generated(self) -> int:
         """Tokens the policy generated in every segment so far (a fork's shared tokens count once)."""
-        return sum(sum(s.response_mask) for s in self.segments)
+        return sum(s.generated for s in self.segments)
 
     def place(self, messages: list[Message], tools: list[dict[str, Any]] | None) -> tuple[Segment, list[int]]:
         """The segment a request continues (or a new one) and the context to generate after.
@@ -130,6 +132,7 @@ class Episode:
             drop, ids = self.tokens.context_ids(seg.ids, seg.messages, grown, tools)
             if drop:
                 kept = len(seg.response_ids) - drop
+                seg.generated -= sum(seg.response_mask[kept:])
                 del seg.response_ids[kept:], seg.response_mask[kept:], seg.logprobs[kept:]
             seg.response_ids += ids
             seg.response_mask += [0] * len(ids)
@@ -159,6 +162,7 @@ class Episode:
         """A generation joins its segment (loss mask 1) with the assistant message it reads as."""
         seg.response_ids += token_ids
         seg.response_mask += [1] * len(token_ids)
+        seg.generated += len(token_ids)
         seg.logprobs += logprobs if logprobs is not None else [0.0] * len(token_ids)
         seg.messages.append(message)
         seg.cut, seg.busy = cut, False
