@@ -36,7 +36,14 @@ from rlfcore.context import TurnContext
 from rlfcore.data import Row
 from rlfcore.engines.base import Engine, Generation, SamplingParams
 from rlfcore.runtime import Runtime
-from rlfcore.sequences import REASONING_DROPPED, RolloutTokens, SequenceBuilder, differs_in_reasoning_only
+from rlfcore.sequences import (
+    OWN_TOKENIZATION,
+    REASONING_DROPPED,
+    RolloutTokens,
+    SequenceBuilder,
+    differs_in_reasoning_only,
+    same_text,
+)
 from rlfcore.sessions import TrajectorySessions
 from rlfcore.types import Done, Message, ToolCall
 
@@ -628,17 +635,18 @@ class Rollout(TurnLoop[TokenProgress]):
         if full[: len(seq)] == seq:
             return None
         if len(full) < len(seq) and full == seq[: len(full)]:
-            where = (
-                f"a full rendering ends at token {len(full)}, the rollout at {len(seq)} "
-                f"(it goes on {_part(traj, len(full))})"
-            )
+            i = len(full)
+            where = f"a full rendering ends at token {i}, the rollout at {len(seq)} (it goes on {_part(traj, i)})"
         else:
             i = next(k for k, (a, b) in enumerate(zip(seq, full)) if a != b)
             where = (
                 f"token {i} ({_part(traj, i)}): rollout has {self.tok.decode(seq[i : i + 12])!r}, "
                 f"a full rendering has {self.tok.decode(full[i : i + 12])!r}"
             )
-        if differs_in_reasoning_only(self.tok.decode(seq), text):
+        decoded = self.tok.decode(seq)
+        if same_text(decoded, text) and _part(traj, i).startswith("in assistant turn"):
+            return f"{OWN_TOKENIZATION} (the text is the template's; tokens the model generated split it otherwise): {where}"
+        if differs_in_reasoning_only(decoded, text):
             return (
                 f"{REASONING_DROPPED} (the template leaves earlier <think> blocks out; the rollout keeps them): {where}"
             )

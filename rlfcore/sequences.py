@@ -46,7 +46,19 @@ leaves out: Qwen3's template drops a turn's reasoning once a new user query foll
 (``enable_thinking: false``) from every turn but the last. The rollout keeps what the model saw; this
 is the template's documented behaviour, not a tokenisation error."""
 
+OWN_TOKENIZATION = "the model's own tokenization"
+"""How a template-check report starts when the rollout's text is a full rendering's, but a turn the model
+generated splits it into tokens the tokenizer would not choose (``"`` then ``.`` where it has one
+``".`` token): the model's doing, which a real model does now and then. rlf trains on the tokens that
+were generated, so nothing is wrong with the sequence."""
+
 _THINK_BLOCK = re.compile(r"<think>.*?</think>\s*", re.DOTALL)
+
+
+def same_text(ours: str, full: str) -> bool:
+    """Whether a rollout's decoded text is a full rendering's (which may go on: the end of a turn
+    that was cut, the newline after the last end-of-turn)."""
+    return full.startswith(ours) or ours.rstrip() == full.rstrip()
 
 
 def differs_in_reasoning_only(ours: str, full: str) -> bool:

@@ -23,9 +23,10 @@ import pytest
 from rlfcore import hookimpl
 from rlfcore.chat import HFChatTokenizer
 from rlfcore.data import normalize_row
+from rlfcore.engines.base import Generation
 from rlfcore.engines.scripted import ScriptedEngine
 from rlfcore.loop import Rollout
-from rlfcore.sequences import REASONING_DROPPED, SequenceBuilder, TemplateError
+from rlfcore.sequences import OWN_TOKENIZATION, REASONING_DROPPED, SequenceBuilder, TemplateError
 from rlfcore.testing import make_runtime
 from rlfcore.tools import tool
 from tests.support.docs import read_doc
@@ -255,6 +256,31 @@ def test_a_new_user_query_drops_reasoning_as_documented(real_models, family):
     assert [m["role"] for m in t.messages[-3:]] == ["assistant", "user", "assistant"]
     _, _, (v,) = _roll(hf, case, script, tokens=_verl_builder(hf, case), plugin=FollowUp())
     assert (v.prompt_ids, v.response_ids, v.response_mask) == (t.prompt_ids, t.response_ids, t.response_mask)
+
+
+def test_a_turn_the_model_split_otherwise_is_reported_as_its_own_tokenization(real_models):
+    """A real model sometimes generates a text in tokens its tokenizer would not choose (the HumanEval
+    eval of SmolLM2 did in 4 of 164 turns): the rollout keeps them, and the check says so by name."""
+    case = CASES["smollm2"]
+    tok = HFChatTokenizer(real_models.tokenizer("smollm2"), case.kwargs)
+    ids = tok.encode("It is") + tok.encode(" ") + tok.encode("done.")  # " done" is one token to the tokenizer
+    assert tok.decode(ids) == "It is done." and tok.encode("It is done.") != ids
+
+    class Splitting(ScriptedEngine):
+        async def generate(self, prompt_ids: list[int], params: Any, request_id: str = "") -> Generation:
+            return Generation([*ids, *tok.eos_token_ids[:1]], [0.0] * (len(ids) + 1), "stop")
+
+    runtime = _runtime(case)
+    loop = Rollout(runtime, Splitting(tok, {}), tok)
+
+    async def go() -> list[Any]:
+        async with runtime:
+            return await loop.run([normalize_row({"id": "q", "prompt": "Are you done?"}, 0)])
+
+    [t] = asyncio.run(go())
+    assert t.stop_reason == "no_tool_call" and t.response_ids == [*ids, *tok.eos_token_ids[:1]]
+    assert t.template_mismatch.startswith(f"{OWN_TOKENIZATION} ("), t.template_mismatch
+    assert "(in assistant turn 1)" in t.template_mismatch
 
 
 def test_template_errors_name_template_message_and_difference(real_models):
