@@ -80,7 +80,7 @@ PRINTED: dict[str, dict[str, Printed]] = {
         "python3 -m venv .venv && .venv/bin/pip install -q -e '.[train]' -e plugins/rlf-mcp && .venv/bin/rlf train examples/calculator/run.yaml": not_run(
             VENV
         ).writes({".venv/bin/pip": "python3 -m venv", ".venv/bin/rlf": "pip install"}),
-        "python3 -m venv .venv && .venv/bin/pip install -q -r requirements-dev.txt && .venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy && bash plugins/rlf-verifiers/scripts/install-verifiers.sh >/dev/null && bash plugins/rlf-openenv/scripts/install-openenv.sh >/dev/null && RLF_REQUIRE_OPENENV=1 RLF_REQUIRE_VERIFIERS=1 .venv/bin/python -m pytest -q --ignore=tests/backends/verl/test_verl_e2e.py && bash scripts/setup-verl-cpu.sh >/dev/null && RLF_REQUIRE_VERL_CPU=1 .venv/bin/python -m pytest -q tests/backends/verl/test_verl_e2e.py": not_run(
+        "python3 -m venv .venv && .venv/bin/pip install -q -r requirements-dev.txt && .venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy && bash plugins/rlf-verifiers/scripts/install-verifiers.sh >/dev/null && bash plugins/rlf-openenv/scripts/install-openenv.sh >/dev/null && RLF_REQUIRE_OPENENV=1 RLF_REQUIRE_VERIFIERS=1 .venv/bin/python -m pytest -q -n 2 --dist loadgroup --ignore=tests/backends/verl/test_verl_e2e.py && bash scripts/setup-verl-cpu.sh >/dev/null && RLF_REQUIRE_VERL_CPU=1 .venv/bin/python -m pytest -q tests/backends/verl/test_verl_e2e.py": not_run(
             "the whole of CI: lint, types and every test suite"
         ).writes(
             {

@@ -19,7 +19,7 @@ ray = pytest.importorskip("ray")
 if TYPE_CHECKING:
     from rlf_deepsearch.search import RunSearcher
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]  # the suite's Ray tests share a test process
 
 ACTORS = 3
 

@@ -13,7 +13,8 @@ pytest.importorskip("verl", reason="verl is not installed (pip install 'rlfcore[
 from tests.support import ROOT
 from tests.support.verl_backend import LOGPROB, TEXTS, ScriptedServerClient, write_run
 
-pytestmark = pytest.mark.slow  # starting Ray and its actors (each imports verl) takes about 30 s
+# starting Ray and its actors (each imports verl) takes about 30 s; the suite's Ray tests share a test process
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("ray")]
 
 
 def test_agent_loop_manager_through_ray(tmp_path):
