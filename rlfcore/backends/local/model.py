@@ -55,7 +55,7 @@ def ensure_model(config: RunConfig, base: Path, tools: list[dict[str, Any]] | No
 
     One process builds it while others started at once wait (a lock in the folder), and the build
     goes into a folder beside it whose files are moved in with ``config.json`` last: a folder with
-    ``config.json`` is whole, and an interrupted build is done again."""
+    ``config.json`` is whole, a failed build leaves nothing, and an interrupted one is done again."""
     path = resolve(config.model.path, base)
     if path is None:
         raise ValueError("the config names no model: set model.path (and model.init to build a tiny one there)")
@@ -64,16 +64,23 @@ def ensure_model(config: RunConfig, base: Path, tools: list[dict[str, Any]] | No
     init = config.model.init
     if init is None:
         raise FileNotFoundError(f"model.path {path} has no model, and model.init is not set to build one")
+    created = not path.exists()
     path.mkdir(parents=True, exist_ok=True)
-    with FileLock(path / ".rlf-build.lock"):
-        if not (path / "config.json").exists():
-            work = Path(tempfile.mkdtemp(prefix=f".{path.name}.partial-", dir=path.parent))
-            try:
-                _build(config, init, base, tools, work)
-                for built in sorted(work.iterdir(), key=lambda f: f.name == "config.json"):
-                    os.replace(built, path / built.name)
-            finally:
-                shutil.rmtree(work, ignore_errors=True)
+    try:
+        with FileLock(path / ".rlf-build.lock"):
+            if not (path / "config.json").exists():
+                work = Path(tempfile.mkdtemp(prefix=f".{path.name}.partial-", dir=path.parent))
+                try:
+                    _build(config, init, base, tools, work)
+                    path.mkdir(exist_ok=True)  # a failed build beside this one may have removed it
+                    for built in sorted(work.iterdir(), key=lambda f: f.name == "config.json"):
+                        os.replace(built, path / built.name)
+                finally:
+                    shutil.rmtree(work, ignore_errors=True)
+    except BaseException:
+        if created:  # the folder this call made holds nothing but its lock: a failed build leaves nothing
+            shutil.rmtree(path, ignore_errors=True)
+        raise
     return path
 
 
