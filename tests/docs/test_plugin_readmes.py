@@ -33,6 +33,7 @@ CASES = {
     "nl2sql-shop": ("rlf-nl2sql", "## Use it", "rlf_nl2sql"),
     "nl2sql-geoquery": ("rlf-nl2sql", "### GeoQuery", "rlf_nl2sql"),
     "code-gsm8k": ("rlf-code", "### GSM8K as program of thought", "rlf_code"),
+    "code-humaneval": ("rlf-code", "### HumanEval with a real model", "rlf_code"),
 }
 """Case: (plugin folder, the section's heading line, the plugin's module)."""
 
