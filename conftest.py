@@ -9,7 +9,7 @@ import pytest
 
 from rlfcore import cpus
 
-cpus.apply()  # torch runs in this process and in the commands tests start: OpenMP waits passively, as under `rlf`
+cpus.apply()  # torch runs in this process and in the commands tests start: OpenMP waits as under `rlf`
 
 SHARED_DATA = Path(os.environ.get("RLF_SHARED_DATA", Path(__file__).resolve().parent.parent / "shared" / "data"))
 

@@ -14,8 +14,9 @@ at start:
 - ``default``: torch's defaults (one thread per core, active waiting).
 - ``1 thread``: ``torch.set_num_threads(1)``.
 - ``passive``: torch's thread count, ``OMP_WAIT_POLICY=PASSIVE`` (a thread at a barrier sleeps).
-- ``rlf``: what ``rlf`` sets at its start (:func:`rlfcore.cpus.apply`: a passive wait, and the thread
-  count within a cgroup CPU quota, if there is one).
+- ``spin 10k``: ``GOMP_SPINCOUNT=10000`` (a thread spins 10,000 rounds at a barrier, then sleeps).
+- ``rlf``: what ``rlf`` sets at its start (:func:`rlfcore.cpus.apply`: ``GOMP_SPINCOUNT=1000``, and
+  the thread count within a cgroup CPU quota, if there is one).
 
 Loads: ``none`` (no load started here; other users' work may be running: the load average is printed
 beside each figure) and ``busy`` (``--busy`` pure-Python busy loops, started here, one per core by
@@ -25,7 +26,7 @@ backward and AdamW on ``--batch`` rows of ``--tokens`` tokens, as ``sft.batch_si
 step is one new token for ``--rows`` rows over a ``--tokens``-column KV cache.
 
     python benchmarks/threads_busy.py [--rounds 3] [--sft-steps 3] [--decode-steps 10] [--busy N]
-        [--settings default "1 thread" passive rlf] [--quickstart PAIRS]
+        [--settings default "1 thread" passive "spin 10k" rlf] [--quickstart PAIRS]
 
 With ``--quickstart PAIRS`` it times ``rlf train examples/calculator/run.yaml`` instead, short
 (``--quickstart-overrides``, default ``sft.steps=8 trainer.steps=1``), in pairs under both loads:
@@ -51,7 +52,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = Path(__file__).parent / "results" / "threads_busy.json"
-SETTINGS = ("default", "1 thread", "passive", "rlf")
+SPINS = {"spin 10k": "10000"}
+"""Bounded spinning: a thread at a barrier spins this many rounds (GOMP_SPINCOUNT), then sleeps."""
+SETTINGS = ("default", "1 thread", "passive", *SPINS, "rlf")
 LOADS = ("none", "busy")
 
 
@@ -59,6 +62,8 @@ def child(setting: str, args: argparse.Namespace) -> dict[str, Any]:
     """One measurement, in this (fresh) process: settings first, then torch."""
     if setting == "passive":
         os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+    elif setting in SPINS:
+        os.environ["GOMP_SPINCOUNT"] = SPINS[setting]
     elif setting == "rlf":
         from rlfcore import cpus
 

@@ -1,10 +1,12 @@
 """How torch's CPU threads wait and how many there are, on cores that other work may share.
 
 torch runs its CPU ops on one OpenMP thread per core, and by libgomp's default a thread that finishes
-its share of an op first spins (up to ~300,000 rounds) for the others. When other work holds a core,
+its share of an op first spins (up to 300,000 rounds) for the others. When other work holds a core,
 the thread it waits for is off the CPU, so each of a small model's many ops can cost a scheduler time
-slice: the embedded default's SFT ran 10x slower on a busy 2-core machine. With a passive wait the
-early thread sleeps and gives its core back; ``benchmarks/threads_busy.py`` measures both.
+slice: the embedded default's SFT ran 10x slower on a busy 2-core machine. A passive wait (a waiting
+thread sleeps at once) fixes that but costs a wake-up per op on a quiet machine: decoding
+SmolLM2-135M, 206-215 tokens/s against the default's 267-270. A short spin, then sleep, keeps most of
+both: ``benchmarks/threads_busy.py`` measures the three.
 
 OpenMP reads these settings once, when torch loads it, so :func:`apply` runs at ``rlf``'s start,
 before anything imports torch; they are environment variables, so the processes rlf starts inherit
@@ -57,13 +59,19 @@ def cpu_quota(cgroup: Path = CGROUP) -> float | None:
     return value if value > 0 else None
 
 
+SPIN_ROUNDS = "1000"
+"""``GOMP_SPINCOUNT``: the rounds a waiting thread spins before it sleeps (libgomp, which torch's
+Linux wheels use). On the busy 2-core machine, as fast as a passive wait; quiet, within 10-20% of the
+default's spinning where a passive wait was 50-90% slower (``benchmarks/threads_busy.py``)."""
+
+
 def openmp_defaults(environ: Mapping[str, str], cpus: int, visible: int) -> dict[str, str]:
-    """The OpenMP variables to set: a passive wait, unless the user chose a wait policy or spin
-    count; a thread count of ``cpus`` where fewer than the ``visible`` cores may run this process,
-    unless the user chose one."""
+    """The OpenMP variables to set: a short spin before a thread sleeps, unless the user chose a wait
+    policy or spin count; a thread count of ``cpus`` where fewer than the ``visible`` cores may run
+    this process, unless the user chose one."""
     out: dict[str, str] = {}
     if "OMP_WAIT_POLICY" not in environ and "GOMP_SPINCOUNT" not in environ:
-        out["OMP_WAIT_POLICY"] = "PASSIVE"
+        out["GOMP_SPINCOUNT"] = SPIN_ROUNDS
     if "OMP_NUM_THREADS" not in environ and cpus < visible:
         out["OMP_NUM_THREADS"] = str(cpus)
     return out

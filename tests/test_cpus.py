@@ -1,4 +1,4 @@
-"""OpenMP's defaults at rlf's start: a passive wait, and a thread count within a CPU quota."""
+"""OpenMP's defaults at rlf's start: a short spin before a thread sleeps, and a thread count within a CPU quota."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from rlfcore import cpus
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_passive_wait_unless_the_user_chose() -> None:
-    assert cpus.openmp_defaults({}, cpus=2, visible=2) == {"OMP_WAIT_POLICY": "PASSIVE"}
+def test_a_short_spin_unless_the_user_chose() -> None:
+    assert cpus.openmp_defaults({}, cpus=2, visible=2) == {"GOMP_SPINCOUNT": cpus.SPIN_ROUNDS}
     assert cpus.openmp_defaults({"OMP_WAIT_POLICY": "ACTIVE"}, cpus=2, visible=2) == {}
     assert cpus.openmp_defaults({"GOMP_SPINCOUNT": "10000"}, cpus=2, visible=2) == {}
 
@@ -50,7 +50,7 @@ def test_available_cpus_rounds_the_quota_up_within_the_cores(tmp_path: Path) -> 
     assert cpus.available_cpus(tmp_path) == cpus.affinity_cpus()
 
 
-def test_rlf_waits_passively_by_default() -> None:
+def test_rlf_spins_briefly_by_default() -> None:
     """``rlf``'s entry point sets the wait policy before a command loads torch, whose OpenMP reads it."""
     code = (
         "import os, sys\n"
@@ -59,10 +59,10 @@ def test_rlf_waits_passively_by_default() -> None:
         "    main(['--version'])\n"
         "except SystemExit:\n"
         "    pass\n"
-        "print(os.environ.get('OMP_WAIT_POLICY'), 'torch' in sys.modules)\n"
+        "print(os.environ.get('GOMP_SPINCOUNT'), 'torch' in sys.modules)\n"
     )
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
     done = subprocess.run(
         [sys.executable, "-c", code], env=env, cwd=ROOT, capture_output=True, text=True, check=True, timeout=120
     )
-    assert done.stdout.split()[-2:] == ["PASSIVE", "False"]
+    assert done.stdout.split()[-2:] == [cpus.SPIN_ROUNDS, "False"]
