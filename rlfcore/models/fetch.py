@@ -22,8 +22,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock
-
 from rlfcore.models.gguf_tokenizer import GGUFMeta, GGUFTokenizerError, read_meta, tokenizer_from_meta
 from rlfcore.models.registry import ModelSource
 from rlfcore.models.template import TEMPLATES
@@ -160,7 +158,9 @@ def fetch(
         say(f"{source.name} ({dtype}) is already fetched")
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(target.parent / f".{target.name}.lock"):  # two runs started at once fetch it once
+    from rlfcore.registries import locked
+
+    with locked(target):  # two runs started at once fetch it once
         if _cached(target, want, replace=out is None):
             say(f"{source.name} ({dtype}) was fetched while this waited for it")
         else:
